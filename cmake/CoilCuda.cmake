@@ -1,0 +1,51 @@
+# Decides whether the CUDA backend is built (COIL_CUDA=AUTO|ON|OFF) and, if so, finds
+# cudart, cuBLASLt and NCCL. Sets COIL_WITH_CUDA and defines NCCL::nccl.
+set(COIL_WITH_CUDA OFF)
+if(NOT COIL_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS "/usr/local/cuda/bin/nvcc")
+    set(CMAKE_CUDA_COMPILER "/usr/local/cuda/bin/nvcc")
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(COIL_WITH_CUDA ON)
+  elseif(COIL_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "coil: COIL_CUDA=ON but no CUDA compiler was found; install the CUDA toolkit or use -DCOIL_CUDA=AUTO")
+  endif()
+endif()
+
+if(COIL_WITH_CUDA)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    # "native" fails on a machine with no GPU: name the targets.
+    set(CMAKE_CUDA_ARCHITECTURES 80 90)
+  endif()
+  # One cudart shared by coil, cuBLASLt and NCCL.
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  enable_language(CUDA)
+  # CMake 3.25 does not know nvcc 13's C++20 flag; set it after the compiler checks.
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  find_package(CUDAToolkit REQUIRED)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+  if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+    if(COIL_CUDA STREQUAL "ON")
+      message(FATAL_ERROR "coil: COIL_CUDA=ON but NCCL (nccl.h, libnccl) was not found")
+    endif()
+    message(STATUS "coil: NCCL not found: the CUDA backend is not built")
+    set(COIL_WITH_CUDA OFF)
+  else()
+    add_library(NCCL::nccl UNKNOWN IMPORTED)
+    set_target_properties(NCCL::nccl PROPERTIES
+      IMPORTED_LOCATION "${NCCL_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
+  endif()
+endif()
+
+if(COIL_WITH_CUDA)
+  message(STATUS "coil: CUDA backend WILL be built (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, archs ${CMAKE_CUDA_ARCHITECTURES}, NCCL ${NCCL_LIBRARY})")
+else()
+  message(STATUS "coil: CUDA backend will NOT be built (COIL_CUDA=${COIL_CUDA}); CPU parts only")
+endif()

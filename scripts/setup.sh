@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages coil's build needs, and nothing else. Idempotent: a
+# package already installed is left alone, and apt-get runs only when one is missing.
+# Reports whether a CUDA toolkit (nvcc, cuBLASLt, NCCL) was found, i.e. whether the CUDA
+# backend will be built.
+#
+# Usage: scripts/setup.sh [--check]   (--check: report what is missing, install nothing)
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  cmake ninja-build g++ pkgconf
+  # tests and benchmarks
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  # gRPC, Protobuf (protoc, grpc_cpp_plugin) and Abseil
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  # MPI: the library and mpirun
+  libopenmpi-dev openmpi-bin
+  # CPU matmuls (bf16 on AVX-512 BF16) and JSON (configs, safetensors headers, tokenizer.json)
+  libdnnl-dev nlohmann-json3-dev
+)
+
+check_only=0
+[[ "${1:-}" == "--check" ]] && check_only=1
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#PACKAGES[@]} packages are installed"
+elif ((check_only)); then
+  echo "setup: missing packages: ${missing[*]}"
+  exit 1
+else
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# CUDA: the backend is built when nvcc, cuBLASLt and NCCL are all present (COIL_CUDA=AUTO).
+nvcc_path=$(command -v nvcc || true)
+[[ -z "$nvcc_path" && -x /usr/local/cuda/bin/nvcc ]] && nvcc_path=/usr/local/cuda/bin/nvcc
+if [[ -n "$nvcc_path" ]]; then
+  cuda_root=$(dirname "$(dirname "$(readlink -f "$nvcc_path")")")
+  have_cublaslt=$(ls "$cuda_root"/lib64/libcublasLt.so* "$cuda_root"/lib/libcublasLt.so* 2>/dev/null | head -n1 || true)
+  have_nccl=$( (ls "$cuda_root"/include/nccl.h /usr/include/nccl.h 2>/dev/null; true) | head -n1)
+  if [[ -n "$have_cublaslt" && -n "$have_nccl" ]]; then
+    echo "setup: CUDA toolkit at $cuda_root ($("$nvcc_path" --version | tail -n1)): the CUDA backend WILL be built"
+  else
+    echo "setup: nvcc found at $nvcc_path but cuBLASLt or NCCL is missing: the CUDA backend will NOT be built"
+  fi
+else
+  echo "setup: no CUDA toolkit (nvcc) found: the CUDA backend will NOT be built (CPU only)"
+fi
