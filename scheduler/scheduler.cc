@@ -1,0 +1,351 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace coil {
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerConfig& config) {
+  COIL_RETURN_IF_ERROR_CONTEXT(config.Validate(), "scheduler config");
+  return std::unique_ptr<Scheduler>(new Scheduler(config));
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(config),
+      rows_(config.state_rows),
+      pages_(config.uses_kv_pages() ? config.kv_pages : 0, config.block_size) {}
+
+absl::Status Scheduler::AddRequest(NewRequest new_request) {
+  const int64_t prompt_len = static_cast<int64_t>(new_request.prompt_token_ids.size());
+  if (prompt_len == 0) {
+    return absl::InvalidArgumentError("the prompt is empty; send at least one token");
+  }
+  if (prompt_len >= config_.max_model_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt has ", prompt_len, " tokens; the limit is ", config_.max_model_len - 1,
+        " (max_model_len ", config_.max_model_len, " minus one output token); shorten it"));
+  }
+  if (new_request.max_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens is ", new_request.max_tokens,
+                                                   "; it must be at least 0 (0: up to the "
+                                                   "context limit)"));
+  }
+  const int64_t room = config_.max_model_len - prompt_len;
+  const int32_t max_output = static_cast<int32_t>(
+      new_request.max_tokens == 0 ? room : std::min<int64_t>(new_request.max_tokens, room));
+  if (config_.uses_kv_pages()) {
+    // Counted on prompt + max output tokens (one more position than ever holds K/V: the
+    // last sampled token is never fed back), so a refusal errs on the safe side.
+    const int32_t pages = pages_.PagesFor(prompt_len + max_output);
+    if (pages > pages_.num_total()) {
+      const int64_t fits = static_cast<int64_t>(pages_.num_total()) * config_.block_size;
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt (", prompt_len, " tokens) plus max_tokens (", max_output, ") needs ",
+                       pages, " kv pages; the pool has ", pages_.num_total(), " (", fits,
+                       " tokens); lower max_tokens to at most ",
+                       std::max<int64_t>(fits - prompt_len, 0), " or shorten the prompt"));
+    }
+  }
+  if (static_cast<int64_t>(waiting_.size()) >= config_.max_queue) {
+    return absl::ResourceExhaustedError(absl::StrCat("the queue is full (", waiting_.size(),
+                                                     " waiting requests; the limit is ",
+                                                     config_.max_queue, "); retry later"));
+  }
+  if (requests_.contains(new_request.request_id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("request id ", new_request.request_id, " is already live; use a new id"));
+  }
+  auto request = std::make_unique<Request>();
+  request->id = new_request.request_id;
+  request->tokens = std::move(new_request.prompt_token_ids);
+  request->num_prompt_tokens = static_cast<int32_t>(prompt_len);
+  request->max_output_tokens = max_output;
+  request->sampling = new_request.sampling;
+  request->stop_token_ids = std::move(new_request.stop_token_ids);
+  request->ignore_eos = new_request.ignore_eos;
+  waiting_.push_back(request.get());
+  requests_.emplace(request->id, std::move(request));
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Finish(uint64_t request_id, FinishReason reason) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("request id ", request_id, " is not live (finished or never added)"));
+  }
+  Release(it->second.get());
+  return absl::OkStatus();
+}
+
+std::optional<RequestPhase> Scheduler::Phase(uint64_t request_id) const {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return std::nullopt;
+  return it->second->running ? RequestPhase::kRunning : RequestPhase::kWaiting;
+}
+
+SchedulerCounters Scheduler::counters() const {
+  SchedulerCounters counters;
+  counters.waiting = static_cast<int32_t>(waiting_.size());
+  counters.running = static_cast<int32_t>(running_.size());
+  counters.rows_free = rows_.num_free();
+  counters.rows_used = rows_.num_used();
+  counters.pages_free = pages_.num_free();
+  counters.pages_used = pages_.num_used();
+  counters.preemptions = preemptions_;
+  counters.tokens_scheduled_last_step = tokens_scheduled_last_step_;
+  counters.tokens_scheduled = tokens_scheduled_;
+  counters.steps = steps_;
+  return counters;
+}
+
+bool Scheduler::IsDecode(const Request& request) {
+  return request.num_computed_tokens > 0 && request.num_tokens() - request.num_computed_tokens == 1;
+}
+
+int32_t Scheduler::ChunkLength(const Request& request, int32_t budget) const {
+  const int32_t start = request.num_computed_tokens;
+  const int32_t pending = request.num_tokens() - start;
+  if (pending <= budget) return std::max(pending, 0);
+  // Split at an absolute multiple of the chunk size, so the prompt's arithmetic does not
+  // depend on how it was split (DESIGN §4).
+  const int32_t end = (start + budget) / config_.ssd_chunk_size * config_.ssd_chunk_size;
+  return std::max(end - start, 0);
+}
+
+bool Scheduler::GrowPages(Request* request, int32_t num_tokens) {
+  return !config_.uses_kv_pages() || pages_.Grow(&request->blocks, num_tokens);
+}
+
+Scheduler::Request* Scheduler::PreemptNewest() {
+  Request* victim = running_.back();
+  running_.pop_back();
+  rows_.Free(&victim->row);
+  pages_.Free(&victim->blocks);
+  // Recompute the prompt and every output so far; the outputs stay, so nothing streamed
+  // is lost or sent again.
+  victim->num_computed_tokens = 0;
+  victim->running = false;
+  waiting_.push_front(victim);
+  ++preemptions_;
+  return victim;
+}
+
+void Scheduler::Release(Request* request) {
+  if (request->running) {
+    running_.erase(std::find(running_.begin(), running_.end(), request));
+    rows_.Free(&request->row);
+    pages_.Free(&request->blocks);
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), request));
+  }
+  requests_.erase(request->id);  // destroys *request
+}
+
+StepPlan Scheduler::Schedule() {
+  COIL_CHECK(awaiting_update_step_ == 0)
+      << "Schedule called while plan " << awaiting_update_step_ << " awaits its Update";
+  StepPlan plan;
+  plan.step_id = ++last_step_id_;
+
+  int32_t token_budget = config_.max_batched_tokens;
+  std::vector<Scheduled> decodes;
+  std::vector<Scheduled> prefills;
+  // Decodes come first: their tokens are reserved before any prefill chunk is sized.
+  // max_batched_tokens >= max_num_seqs (Validate), so every decode fits.
+  int32_t pending_decodes = 0;
+  for (const Request* request : running_) pending_decodes += IsDecode(*request) ? 1 : 0;
+
+  // Running requests, oldest first. A request that needs pages the pool lacks preempts
+  // the newest running one, which has not been visited yet (or is itself).
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Request* request = running_[i];
+    const bool decode = IsDecode(*request);
+    int32_t num_tokens = 1;
+    if (decode) {
+      --pending_decodes;
+    } else {
+      num_tokens = ChunkLength(*request, token_budget - pending_decodes);
+      if (num_tokens == 0) continue;
+    }
+    bool self_preempted = false;
+    while (!GrowPages(request, request->num_computed_tokens + num_tokens)) {
+      // Its reserved decode token goes back to the budget (checked before preempting,
+      // which resets its computed tokens).
+      if (running_.back() != request && IsDecode(*running_.back())) --pending_decodes;
+      preempted = true;
+      if (PreemptNewest() == request) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;  // it was the newest: nobody is left after it
+    token_budget -= num_tokens;
+    (decode ? decodes : prefills).push_back({request, num_tokens});
+  }
+
+  // Admission, first come first served; nobody in a step that preempted (the pages just
+  // freed belong to the preempted requests' recompute).
+  while (!preempted && !waiting_.empty() &&
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs && rows_.num_free() > 0) {
+    Request* request = waiting_.front();
+    const int32_t num_tokens = ChunkLength(*request, token_budget);
+    if (num_tokens == 0) break;
+    // Admit only when pages for all its pending tokens fit now; the first chunk's pages
+    // are taken at once, the rest as its later chunks run.
+    if (config_.uses_kv_pages() && pages_.PagesFor(request->num_tokens()) > pages_.num_free()) {
+      break;
+    }
+    COIL_CHECK(GrowPages(request, num_tokens));
+    request->row = *rows_.Allocate();
+    request->running = true;
+    waiting_.pop_front();
+    running_.push_back(request);
+    token_budget -= num_tokens;
+    prefills.push_back({request, num_tokens});
+  }
+
+  plan.num_decodes = static_cast<int32_t>(decodes.size());
+  plan.sequences.reserve(decodes.size() + prefills.size());
+  for (const Scheduled& scheduled : decodes) {
+    plan.sequences.push_back(MakeSequence(scheduled, plan.step_id));
+  }
+  for (const Scheduled& scheduled : prefills) {
+    plan.sequences.push_back(MakeSequence(scheduled, plan.step_id));
+  }
+  tokens_scheduled_last_step_ = config_.max_batched_tokens - token_budget;
+  tokens_scheduled_ += tokens_scheduled_last_step_;
+  if (!plan.sequences.empty()) {
+    ++steps_;
+    awaiting_update_step_ = plan.step_id;
+  }
+  return plan;
+}
+
+ScheduledSequence Scheduler::MakeSequence(const Scheduled& scheduled, uint64_t step_id) {
+  Request& request = *scheduled.request;
+  ScheduledSequence sequence;
+  sequence.request_id = request.id;
+  sequence.state_slot = request.row.slot();
+  sequence.start_position = request.num_computed_tokens;
+  sequence.fresh = request.num_computed_tokens == 0;
+  const auto begin = request.tokens.begin() + request.num_computed_tokens;
+  sequence.token_ids.assign(begin, begin + scheduled.num_tokens);
+  if (config_.uses_kv_pages()) sequence.kv_block_table = request.blocks.page_ids();
+  request.num_computed_tokens += scheduled.num_tokens;
+  request.scheduled_step = step_id;
+  sequence.sample = request.num_computed_tokens == request.num_tokens();
+  if (sequence.sample) {
+    sequence.sampling = request.sampling;
+    sequence.rng_step = request.num_output_tokens();
+    if (request.sampling.HasPenalties()) {
+      sequence.history = request.tokens;
+      sequence.num_prompt_tokens = request.num_prompt_tokens;
+    }
+  }
+  return sequence;
+}
+
+FinishReason Scheduler::CheckFinished(const Request& request, int32_t token,
+                                      int32_t* matched) const {
+  // A stop or EOS token says why the text ended, so it wins over a length limit reached
+  // by the same token.
+  if (!request.ignore_eos && config_.eos_token_id >= 0 && token == config_.eos_token_id) {
+    return FinishReason::kEos;
+  }
+  for (int32_t stop : request.stop_token_ids) {
+    if (token == stop) {
+      *matched = stop;
+      return FinishReason::kStop;
+    }
+  }
+  if (request.num_output_tokens() >= request.max_output_tokens ||
+      request.num_tokens() >= config_.max_model_len) {
+    return FinishReason::kLength;
+  }
+  return FinishReason::kNone;
+}
+
+std::vector<RequestUpdate> Scheduler::FailStep(const StepPlan& plan, const absl::Status& error) {
+  std::vector<RequestUpdate> updates;
+  for (const ScheduledSequence& sequence : plan.sequences) {
+    auto it = requests_.find(sequence.request_id);
+    if (it == requests_.end() || it->second->scheduled_step != plan.step_id) continue;
+    RequestUpdate update;
+    update.request_id = sequence.request_id;
+    update.finish_reason = FinishReason::kError;
+    update.error = error;
+    update.num_prompt_tokens = it->second->num_prompt_tokens;
+    update.num_output_tokens = it->second->num_output_tokens();
+    Release(it->second.get());
+    updates.push_back(std::move(update));
+  }
+  return updates;
+}
+
+absl::StatusOr<std::vector<RequestUpdate>> Scheduler::Update(const StepPlan& plan,
+                                                             const StepResult& result) {
+  if (plan.sequences.empty()) return std::vector<RequestUpdate>();
+  if (awaiting_update_step_ == 0 || plan.step_id != awaiting_update_step_ ||
+      result.step_id != plan.step_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("update for plan ", plan.step_id, " with result ", result.step_id,
+                     ", but the plan awaiting its result is ", awaiting_update_step_,
+                     " (0: none); pass the last plan Schedule returned"));
+  }
+  awaiting_update_step_ = 0;
+  if (!result.ok) {
+    return FailStep(plan,
+                    absl::InternalError(absl::StrCat("step ", plan.step_id, " failed on rank ",
+                                                     result.failed_rank, ": ", result.error)));
+  }
+  // One token per sampled sequence, in plan order; anything else is a broken worker.
+  size_t next = 0;
+  for (const ScheduledSequence& sequence : plan.sequences) {
+    if (!sequence.sample) continue;
+    if (next >= result.tokens.size() || result.tokens[next].request_id != sequence.request_id) {
+      return FailStep(plan, absl::InternalError(absl::StrCat(
+                                "step ", plan.step_id, " result does not match its plan: ",
+                                "token ", next, " is not for request ", sequence.request_id)));
+    }
+    ++next;
+  }
+  if (next != result.tokens.size()) {
+    return FailStep(plan, absl::InternalError(absl::StrCat("step ", plan.step_id, " result has ",
+                                                           result.tokens.size(), " tokens for ",
+                                                           next, " sampled sequences")));
+  }
+
+  std::vector<RequestUpdate> updates;
+  updates.reserve(result.tokens.size());
+  for (const SampledToken& sampled : result.tokens) {
+    auto it = requests_.find(sampled.request_id);
+    // Finished or cancelled while the step ran (or a new request reusing the id).
+    if (it == requests_.end() || it->second->scheduled_step != plan.step_id) continue;
+    Request* request = it->second.get();
+    request->tokens.push_back(sampled.token_id);
+    RequestUpdate update;
+    update.request_id = request->id;
+    update.token = sampled;
+    update.finish_reason = CheckFinished(*request, sampled.token_id, &update.matched_stop_token_id);
+    update.num_prompt_tokens = request->num_prompt_tokens;
+    update.num_output_tokens = request->num_output_tokens();
+    if (update.finish_reason != FinishReason::kNone) Release(request);
+    updates.push_back(std::move(update));
+  }
+  return updates;
+}
+
+StepPlan Scheduler::ShutdownPlan() {
+  StepPlan plan;
+  plan.step_id = ++last_step_id_;
+  plan.shutdown = true;
+  return plan;
+}
+
+}  // namespace coil
