@@ -1,0 +1,511 @@
+// A randomized simulation of the scheduler against a fake executor, 10,000 steps per shape.
+// The fake executor plays the workers: it keeps, per state slot, which request's state it
+// holds and how many tokens that state has consumed, and per KV page which (request,
+// position) each entry holds; it rejects any plan that reads state or K/V it did not write
+// for that request. The test keeps its own model of every request (the tokens streamed,
+// which row and pages it holds) and checks the invariants after every step:
+//   - no row or page held by two live requests; budgets and the token budget respected;
+//   - decodes first, never starved: a request that was decoding is in the plan or was
+//     preempted; a step that preempted admits nobody;
+//   - a run's tokens are exactly the request's prompt plus streamed outputs at its
+//     positions (so a preempted request resumes with exactly the tokens it had), split
+//     only at SSD-chunk multiples except the last piece;
+//   - each streamed token is the fake model's token for (request, output index), so every
+//     token is delivered exactly once and in order; finish reasons follow the rules,
+//     recomputed here independently.
+// At the end every request finished or was cancelled and both pools are full again.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "scheduler/scheduler.h"
+
+namespace coil {
+namespace {
+
+constexpr int32_t kVocab = 64;
+constexpr int32_t kEos = 0;
+
+// The fake model's token for output `rng_step` of `request_id`: a fixed hash, so a
+// recompute after preemption draws the same token (as the counter-based RNG does).
+int32_t ModelToken(uint64_t request_id, int32_t rng_step) {
+  uint64_t x = request_id * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(rng_step) + 1;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return static_cast<int32_t>(x % kVocab);
+}
+
+// The workers' view: what each slot and page holds. Check failures are collected as text.
+class FakeExecutor {
+ public:
+  FakeExecutor(const SchedulerConfig& config)
+      : config_(config),
+        slots_(config.state_rows),
+        pages_(config.uses_kv_pages() ? config.kv_pages : 0,
+               std::vector<Entry>(config.block_size)) {}
+
+  // Runs the plan: checks every read against what was written, then writes.
+  StepResult Execute(const StepPlan& plan, std::string* errors) {
+    StepResult result;
+    result.step_id = plan.step_id;
+    std::set<int32_t> slots_seen;
+    std::set<int32_t> pages_seen;
+    for (const ScheduledSequence& sequence : plan.sequences) {
+      const std::string where =
+          absl::StrCat("step ", plan.step_id, " request ", sequence.request_id, ": ");
+      const int32_t slot = sequence.state_slot;
+      if (slot < 0 || slot >= config_.state_rows || !slots_seen.insert(slot).second) {
+        absl::StrAppend(errors, where, "slot ", slot, " out of range or used twice\n");
+        continue;
+      }
+      const int32_t end = sequence.start_position + static_cast<int32_t>(sequence.token_ids.size());
+      if (!sequence.fresh && (slots_[slot].request_id != sequence.request_id ||
+                              slots_[slot].position != sequence.start_position)) {
+        absl::StrAppend(errors, where, "slot ", slot, " holds request ", slots_[slot].request_id,
+                        " at ", slots_[slot].position, ", not ", sequence.start_position, "\n");
+      }
+      slots_[slot] = {sequence.request_id, end};
+      if (config_.uses_kv_pages()) {
+        const int32_t pages_needed = (end + config_.block_size - 1) / config_.block_size;
+        if (static_cast<int32_t>(sequence.kv_block_table.size()) < pages_needed) {
+          absl::StrAppend(errors, where, "block table has ", sequence.kv_block_table.size(),
+                          " pages for ", end, " tokens\n");
+          continue;
+        }
+        for (int32_t page : sequence.kv_block_table) {
+          if (page < 0 || page >= config_.kv_pages || !pages_seen.insert(page).second) {
+            absl::StrAppend(errors, where, "page ", page, " out of range or used twice\n");
+          }
+        }
+        if (!errors->empty()) continue;
+        // Attention reads every earlier position: each must hold this request's K/V.
+        for (int32_t p = 0; p < end; ++p) {
+          Entry& entry =
+              pages_[sequence.kv_block_table[p / config_.block_size]][p % config_.block_size];
+          if (p >= sequence.start_position) {
+            entry = {sequence.request_id, p};
+          } else if (entry.request_id != sequence.request_id || entry.position != p) {
+            absl::StrAppend(errors, where, "position ", p, " reads K/V of request ",
+                            entry.request_id, " position ", entry.position, "\n");
+            break;
+          }
+        }
+      } else if (!sequence.kv_block_table.empty()) {
+        absl::StrAppend(errors, where, "block table without attention layers\n");
+      }
+      if (sequence.sample) {
+        SampledToken token;
+        token.request_id = sequence.request_id;
+        token.token_id = ModelToken(sequence.request_id, sequence.rng_step);
+        result.tokens.push_back(token);
+      }
+    }
+    return result;
+  }
+
+ private:
+  struct Entry {
+    uint64_t request_id = 0;
+    int32_t position = -1;
+  };
+  SchedulerConfig config_;
+  std::vector<Entry> slots_;               // position: tokens the state has consumed
+  std::vector<std::vector<Entry>> pages_;  // [page][offset in page]
+};
+
+// The test's own record of a request.
+struct Tracked {
+  NewRequest spec;
+  int32_t max_output = 0;         // max_tokens resolved against max_model_len
+  std::vector<int32_t> streamed;  // outputs delivered so far
+  bool decoding = false;          // sampled last step and still live: must decode now
+  int32_t slot = -1;              // held row as seen in plans, -1 when none
+  std::set<int32_t> pages;        // held pages as seen in plans
+  bool done = false;
+  FinishReason reason = FinishReason::kNone;
+};
+
+struct Shape {
+  const char* name;
+  SchedulerConfig config;
+  uint64_t seed;
+};
+
+class Simulation {
+ public:
+  explicit Simulation(const Shape& shape)
+      : config_(shape.config), executor_(shape.config), rng_(shape.seed) {
+    absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(config_);
+    EXPECT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = std::move(scheduler).value();
+  }
+
+  // Steps with arrivals, then without until the scheduler is empty.
+  void Run(int32_t steps) {
+    for (int32_t step = 0; step < steps && !::testing::Test::HasFailure(); ++step) {
+      Arrivals();
+      CancelSome();
+      Step();
+    }
+    for (int32_t step = 0;
+         step < 100000 && scheduler_->HasUnfinishedRequests() && !::testing::Test::HasFailure();
+         ++step) {
+      Step();
+    }
+  }
+
+  void CheckEnd() {
+    EXPECT_FALSE(scheduler_->HasUnfinishedRequests());
+    for (const auto& [id, request] : requests_) {
+      EXPECT_TRUE(request.done) << "request " << id << " never finished";
+    }
+    const SchedulerCounters counters = scheduler_->counters();
+    EXPECT_EQ(counters.rows_free, config_.state_rows);
+    EXPECT_EQ(counters.pages_free, config_.uses_kv_pages() ? config_.kv_pages : 0);
+    EXPECT_EQ(counters.running + counters.waiting, 0);
+  }
+
+  int64_t preemptions() const { return scheduler_->counters().preemptions; }
+  int64_t finished(FinishReason reason) const {
+    int64_t n = 0;
+    for (const auto& [id, request] : requests_) n += request.reason == reason ? 1 : 0;
+    return n;
+  }
+  int64_t refused() const { return refused_; }
+  int64_t sampled() const { return sampled_; }
+
+ private:
+  int32_t Uniform(int32_t lo, int32_t hi) {
+    return std::uniform_int_distribution<int32_t>(lo, hi)(rng_);
+  }
+  bool Chance(double p) { return std::bernoulli_distribution(p)(rng_); }
+
+  // Random arrivals; each refusal must be the one the rules give, worked out here.
+  void Arrivals() {
+    const int32_t arrivals = Chance(0.3) ? Uniform(1, 2) : 0;
+    for (int32_t i = 0; i < arrivals; ++i) {
+      NewRequest spec;
+      spec.request_id = next_id_++;
+      const int32_t prompt_len = Chance(0.05) ? config_.max_model_len : Uniform(1, 60);
+      for (int32_t t = 0; t < prompt_len; ++t)
+        spec.prompt_token_ids.push_back(Uniform(1, kVocab - 1));
+      spec.max_tokens = Chance(0.1) ? 0 : Uniform(1, 50);
+      spec.ignore_eos = Chance(0.3);
+      if (Chance(0.3)) spec.stop_token_ids = {Uniform(1, kVocab - 1)};
+      if (Chance(0.2)) spec.sampling.presence_penalty = 0.5f;
+      spec.sampling.seed = spec.request_id;
+
+      const int32_t room = config_.max_model_len - prompt_len;
+      const int32_t max_output = spec.max_tokens == 0 ? room : std::min(spec.max_tokens, room);
+      absl::StatusCode expected = absl::StatusCode::kOk;
+      if (room <= 0) {
+        expected = absl::StatusCode::kInvalidArgument;
+      } else if (config_.uses_kv_pages() &&
+                 (prompt_len + max_output + config_.block_size - 1) / config_.block_size >
+                     config_.kv_pages) {
+        expected = absl::StatusCode::kInvalidArgument;
+      } else if (scheduler_->counters().waiting >= config_.max_queue) {
+        expected = absl::StatusCode::kResourceExhausted;
+      }
+      const uint64_t id = spec.request_id;
+      absl::Status status = scheduler_->AddRequest(spec);
+      ASSERT_EQ(status.code(), expected) << "request " << id << ": " << status;
+      if (!status.ok()) {
+        ++refused_;
+        continue;
+      }
+      Tracked& tracked = requests_[id];
+      tracked.spec = std::move(spec);
+      tracked.max_output = max_output;
+      live_.insert(id);
+    }
+  }
+
+  void Release(uint64_t id, FinishReason reason) {
+    Tracked& request = requests_[id];
+    request.done = true;
+    request.reason = reason;
+    request.decoding = false;
+    DropResources(request);
+    live_.erase(id);
+  }
+
+  void DropResources(Tracked& request) {
+    if (request.slot >= 0) slot_owner_.erase(request.slot);
+    for (int32_t page : request.pages) page_owner_.erase(page);
+    request.slot = -1;
+    request.pages.clear();
+  }
+
+  uint64_t RandomLive() {
+    auto it = live_.begin();
+    std::advance(it, Uniform(0, static_cast<int32_t>(live_.size()) - 1));
+    return *it;
+  }
+
+  // Between steps: a client goes away, or the engine matches a stop string.
+  void CancelSome() {
+    if (live_.empty() || !Chance(0.03)) return;
+    const uint64_t id = RandomLive();
+    const FinishReason reason = Chance(0.5) ? FinishReason::kCancelled : FinishReason::kStop;
+    ASSERT_TRUE(scheduler_->Finish(id, reason).ok());
+    Release(id, reason);
+  }
+
+  void Step() {
+    const SchedulerCounters before = scheduler_->counters();
+    StepPlan plan = scheduler_->Schedule();
+    const SchedulerCounters after = scheduler_->counters();
+    const bool preempted = after.preemptions > before.preemptions;
+    CheckPlan(plan, preempted);
+    if (::testing::Test::HasFailure() || plan.sequences.empty()) return;
+
+    std::string errors;
+    StepResult result = executor_.Execute(plan, &errors);
+    ASSERT_TRUE(errors.empty()) << errors;
+
+    // Mid-step cancellation: the update must skip it.
+    std::set<uint64_t> cancelled_mid_step;
+    if (Chance(0.02)) {
+      const uint64_t id =
+          plan.sequences[Uniform(0, static_cast<int32_t>(plan.sequences.size()) - 1)].request_id;
+      ASSERT_TRUE(scheduler_->Cancel(id).ok());
+      Release(id, FinishReason::kCancelled);
+      cancelled_mid_step.insert(id);
+    }
+    const bool fail = Chance(0.001);
+    if (fail) {
+      result.ok = false;
+      result.failed_rank = 1;
+      result.error = "simulated kernel error";
+      result.tokens.clear();
+    }
+    absl::StatusOr<std::vector<RequestUpdate>> updates = scheduler_->Update(plan, result);
+    ASSERT_TRUE(updates.ok()) << updates.status();
+    CheckUpdates(plan, *updates, cancelled_mid_step, fail);
+  }
+
+  void CheckPlan(const StepPlan& plan, bool preempted) {
+    const SchedulerCounters counters = scheduler_->counters();
+    ASSERT_LE(plan.NumTokens(), config_.max_batched_tokens);
+    ASSERT_LE(counters.running, std::min(config_.max_num_seqs, config_.state_rows));
+    ASSERT_EQ(counters.rows_used + counters.rows_free, config_.state_rows);
+    ASSERT_EQ(counters.rows_used, counters.running);
+    ASSERT_LE(counters.pages_used, config_.uses_kv_pages() ? config_.kv_pages : 0);
+    ASSERT_EQ(counters.waiting + counters.running, static_cast<int32_t>(live_.size()));
+    ASSERT_EQ(counters.tokens_scheduled_last_step, plan.NumTokens());
+
+    // Requests the scheduler no longer runs were preempted: their row and pages are free.
+    for (uint64_t id : live_) {
+      Tracked& request = requests_[id];
+      if (request.slot >= 0 && scheduler_->Phase(id) == RequestPhase::kWaiting) {
+        ASSERT_TRUE(preempted) << "request " << id << " stopped running without preemption";
+        DropResources(request);
+        request.decoding = false;
+      }
+    }
+    std::set<uint64_t> in_plan;
+    for (size_t i = 0; i < plan.sequences.size(); ++i) {
+      const ScheduledSequence& sequence = plan.sequences[i];
+      const uint64_t id = sequence.request_id;
+      ASSERT_TRUE(live_.contains(id)) << "request " << id << " is not live";
+      ASSERT_TRUE(in_plan.insert(id).second) << "request " << id << " twice in a plan";
+      Tracked& request = requests_[id];
+      const int32_t length = static_cast<int32_t>(sequence.token_ids.size());
+      const int32_t end = sequence.start_position + length;
+      ASSERT_GE(length, 1);
+      // Decodes first: one token from carried state.
+      if (static_cast<int32_t>(i) < plan.num_decodes) {
+        ASSERT_EQ(length, 1);
+        ASSERT_FALSE(sequence.fresh);
+      }
+      ASSERT_EQ(sequence.fresh, sequence.start_position == 0);
+      ASSERT_FALSE(preempted && sequence.fresh) << "a step that preempted admitted " << id;
+
+      // The run is the request's own tokens at those positions.
+      std::vector<int32_t> all = request.spec.prompt_token_ids;
+      all.insert(all.end(), request.streamed.begin(), request.streamed.end());
+      ASSERT_LE(end, static_cast<int32_t>(all.size()));
+      for (int32_t j = 0; j < length; ++j) {
+        ASSERT_EQ(sequence.token_ids[j], all[sequence.start_position + j])
+            << "request " << id << " position " << sequence.start_position + j;
+      }
+      ASSERT_EQ(sequence.sample, end == static_cast<int32_t>(all.size()));
+      ASSERT_TRUE(sequence.sample || end % config_.ssd_chunk_size == 0)
+          << "request " << id << " split at " << end;
+      if (sequence.sample) {
+        ASSERT_EQ(sequence.rng_step, static_cast<int32_t>(request.streamed.size()));
+        if (request.spec.sampling.HasPenalties()) {
+          ASSERT_EQ(sequence.history, all);
+        }
+      }
+
+      // Ownership: a fresh sequence takes a row nobody holds; others keep theirs.
+      if (sequence.fresh) {
+        ASSERT_EQ(request.slot, -1) << "request " << id << " admitted twice";
+        ASSERT_FALSE(slot_owner_.contains(sequence.state_slot))
+            << "slot " << sequence.state_slot << " held by " << slot_owner_[sequence.state_slot];
+        request.slot = sequence.state_slot;
+        slot_owner_[sequence.state_slot] = id;
+      } else {
+        ASSERT_EQ(request.slot, sequence.state_slot) << "request " << id << " changed rows";
+      }
+      for (int32_t page : sequence.kv_block_table) {
+        auto owner = page_owner_.find(page);
+        ASSERT_TRUE(owner == page_owner_.end() || owner->second == id)
+            << "page " << page << " held by " << owner->second << " and " << id;
+        page_owner_[page] = id;
+        request.pages.insert(page);
+      }
+      for (int32_t page : request.pages) {
+        ASSERT_TRUE(
+            std::count(sequence.kv_block_table.begin(), sequence.kv_block_table.end(), page))
+            << "request " << id << " lost page " << page;
+      }
+    }
+    // Never starved: every request that was decoding runs, unless it was preempted.
+    for (uint64_t id : live_) {
+      const Tracked& request = requests_.at(id);
+      if (request.decoding) {
+        ASSERT_TRUE(in_plan.contains(id)) << "decode of request " << id << " starved";
+      }
+    }
+  }
+
+  // What the rules say about a request that just received `token`, worked out here.
+  static FinishReason ExpectedFinish(const Tracked& request, int32_t token,
+                                     const SchedulerConfig& config) {
+    if (!request.spec.ignore_eos && token == kEos) return FinishReason::kEos;
+    for (int32_t stop : request.spec.stop_token_ids) {
+      if (stop == token) return FinishReason::kStop;
+    }
+    const int32_t outputs = static_cast<int32_t>(request.streamed.size());
+    if (outputs >= request.max_output ||
+        static_cast<int32_t>(request.spec.prompt_token_ids.size()) + outputs >=
+            config.max_model_len) {
+      return FinishReason::kLength;
+    }
+    return FinishReason::kNone;
+  }
+
+  void CheckUpdates(const StepPlan& plan, const std::vector<RequestUpdate>& updates,
+                    const std::set<uint64_t>& cancelled_mid_step, bool failed) {
+    for (const ScheduledSequence& sequence : plan.sequences) {
+      requests_[sequence.request_id].decoding = false;
+    }
+    std::map<uint64_t, const RequestUpdate*> by_id;
+    for (const RequestUpdate& update : updates) {
+      ASSERT_TRUE(by_id.emplace(update.request_id, &update).second);
+      ASSERT_FALSE(cancelled_mid_step.contains(update.request_id));
+    }
+    for (const ScheduledSequence& sequence : plan.sequences) {
+      const uint64_t id = sequence.request_id;
+      if (cancelled_mid_step.contains(id)) continue;
+      auto it = by_id.find(id);
+      if (failed) {
+        ASSERT_NE(it, by_id.end()) << "failed step left request " << id << " without news";
+        ASSERT_EQ(it->second->finish_reason, FinishReason::kError);
+        ASSERT_EQ(it->second->error.code(), absl::StatusCode::kInternal);
+        Release(id, FinishReason::kError);
+        continue;
+      }
+      if (!sequence.sample) {
+        ASSERT_EQ(it, by_id.end()) << "update for unsampled request " << id;
+        continue;
+      }
+      ASSERT_NE(it, by_id.end()) << "sampled request " << id << " got no update";
+      const RequestUpdate& update = *it->second;
+      Tracked& request = requests_[id];
+      ASSERT_TRUE(update.token.has_value());
+      // Exactly once, in order: the token for the next output index.
+      ASSERT_EQ(update.token->token_id,
+                ModelToken(id, static_cast<int32_t>(request.streamed.size())));
+      request.streamed.push_back(update.token->token_id);
+      ++sampled_;
+      ASSERT_EQ(update.finish_reason, ExpectedFinish(request, update.token->token_id, config_))
+          << "request " << id << " after " << request.streamed.size() << " outputs";
+      ASSERT_EQ(update.num_output_tokens, static_cast<int32_t>(request.streamed.size()));
+      if (update.finish_reason != FinishReason::kNone) {
+        Release(id, update.finish_reason);
+      } else {
+        request.decoding = true;
+      }
+    }
+  }
+
+  SchedulerConfig config_;
+  FakeExecutor executor_;
+  std::mt19937_64 rng_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::map<uint64_t, Tracked> requests_;
+  std::set<uint64_t> live_;
+  std::map<int32_t, uint64_t> slot_owner_;
+  std::map<int32_t, uint64_t> page_owner_;
+  uint64_t next_id_ = 1;
+  int64_t refused_ = 0;
+  int64_t sampled_ = 0;
+};
+
+SchedulerConfig BaseConfig() {
+  SchedulerConfig config;
+  config.max_num_seqs = 8;
+  config.state_rows = 6;  // fewer rows than sequences: rows bind
+  config.max_batched_tokens = 32;
+  config.ssd_chunk_size = 8;
+  config.max_model_len = 128;
+  config.max_queue = 12;
+  config.eos_token_id = kEos;
+  return config;
+}
+
+class SchedulerSimulationTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(SchedulerSimulationTest, TenThousandRandomStepsKeepEveryInvariant) {
+  const Shape& shape = GetParam();
+  SCOPED_TRACE(absl::StrCat(shape.name, " seed ", shape.seed));
+  Simulation simulation(shape);
+  simulation.Run(10000);
+  simulation.CheckEnd();
+  // The run exercised what it is meant to: finishes of every kind, refusals, and (with
+  // pages) preemption.
+  EXPECT_GT(simulation.sampled(), 10000);
+  EXPECT_GT(simulation.refused(), 0);
+  for (FinishReason reason :
+       {FinishReason::kLength, FinishReason::kStop, FinishReason::kEos, FinishReason::kCancelled}) {
+    EXPECT_GT(simulation.finished(reason), 0) << static_cast<int>(reason);
+  }
+  if (shape.config.uses_kv_pages()) {
+    EXPECT_GT(simulation.preemptions(), 100);
+  }
+  std::printf("%s: %lld tokens sampled, %lld preemptions, %lld refused\n", shape.name,
+              static_cast<long long>(simulation.sampled()),
+              static_cast<long long>(simulation.preemptions()),
+              static_cast<long long>(simulation.refused()));
+}
+
+Shape HybridShape(uint64_t seed) {
+  SchedulerConfig config = BaseConfig();
+  config.num_attention_layers = 4;
+  config.block_size = 4;
+  config.kv_pages = 40;  // 160 tokens for 6 rows of up to 128: preemption is frequent
+  return {"hybrid", config, seed};
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SchedulerSimulationTest,
+                         ::testing::Values(HybridShape(1), HybridShape(2),
+                                           Shape{"pure_mamba2", BaseConfig(), 3}),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return absl::StrCat(info.param.name, "_seed", info.param.seed);
+                         });
+
+}  // namespace
+}  // namespace coil
