@@ -5,6 +5,8 @@
 #   coil_executable(NAME SOURCES ... [DEPS ...])     a program
 #   coil_test(NAME SOURCES ... [DEPS ...] [LABELS ...])  a GoogleTest program registered with ctest
 #   coil_benchmark(NAME SOURCES ... [DEPS ...])      a Google Benchmark program (not run by ctest)
+#   coil_mpi_test(NAME SOURCES ... [DEPS ...] NP 1 2 4 [LABELS ...])  a GoogleTest program run
+#                                                    under mpirun once per rank count
 
 # Warnings are errors for coil's own targets only; floating-point contraction is fixed
 # (DESIGN §6: the same request gives the same bits alone or in a batch).
@@ -55,4 +57,31 @@ function(coil_benchmark name)
   add_executable(${name} ${ARG_SOURCES})
   coil_target_options(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark)
+endfunction()
+
+# A GoogleTest program that ctest runs under mpirun, once per rank count in NP, as tests
+# NAME_np1, NAME_np2, ... (Open MPI flags: --oversubscribe lets 4 ranks share 2 cores,
+# --allow-run-as-root lets CI containers run it). The program brings its own main, which
+# must initialize MPI and fail on every rank when any rank fails (DEPS coil_mpi_gtest_main).
+function(coil_mpi_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS;NP" ${ARGN})
+  if(NOT COIL_BUILD_TESTS)
+    return()
+  endif()
+  if(NOT MPIEXEC_EXECUTABLE)
+    message(FATAL_ERROR "coil_mpi_test(${name}): mpirun was not found (find_package(MPI))")
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  coil_target_options(${name})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock)
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  foreach(np IN LISTS ARG_NP)
+    add_test(NAME ${name}_np${np}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+              --allow-run-as-root ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(${name}_np${np} PROPERTIES
+      TIMEOUT ${ARG_TIMEOUT} LABELS "mpi;${ARG_LABELS}")
+  endforeach()
 endfunction()
