@@ -1,0 +1,328 @@
+// The checks every backend shares: shapes, dtypes, devices and the RecurrentBatch.
+#include "kernels/backend.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace coil {
+namespace {
+
+absl::Status CheckTensor(const Backend& backend, const char* name, const Tensor& t,
+                         std::initializer_list<DType> dtypes, int rank) {
+  if (t.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is empty; pass a tensor"));
+  }
+  if (t.device() != backend.device()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is on ", DeviceName(t.device()),
+                                                   "; the ", backend.Name(),
+                                                   " backend needs it on ",
+                                                   DeviceName(backend.device())));
+  }
+  bool dtype_ok = false;
+  std::string allowed;
+  for (DType d : dtypes) {
+    dtype_ok |= t.dtype() == d;
+    absl::StrAppend(&allowed, allowed.empty() ? "" : "/", DTypeName(d));
+  }
+  if (!dtype_ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is ", t.DebugString(), "; the op takes ", allowed));
+  }
+  if (t.rank() != rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is ", t.DebugString(), "; the op takes rank ", rank));
+  }
+  if (!t.rows_contiguous()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is ", t.DebugString(), "; its last dimension must be unit-stride"));
+  }
+  for (int i = 0; i < rank; ++i) {
+    if (t.dim(i) <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " is ", t.DebugString(), "; every dimension must be positive"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDim(const char* name, const Tensor& t, int axis, int64_t expected,
+                      const char* what) {
+  if (t.dim(axis) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is ", t.DebugString(), "; dimension ",
+                                                   axis, " must be ", expected, " (", what,
+                                                   ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckContiguous(const char* name, const Tensor& t) {
+  if (!t.contiguous()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is ", t.DebugString(), "; it must be contiguous"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateRecurrentBatch(const RecurrentBatch& batch, int64_t rows,
+                                    int64_t state_rows) {
+  const int n = batch.num_seqs();
+  if (n == 0) return absl::InvalidArgumentError("the batch has no sequences; add at least one");
+  if (batch.cu_seqlens.size() != static_cast<size_t>(n) + 1 ||
+      batch.fresh.size() != static_cast<size_t>(n) ||
+      batch.start_positions.size() != static_cast<size_t>(n)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the batch has ", n, " slots but ", batch.cu_seqlens.size(), " cu_seqlens, ",
+        batch.fresh.size(), " fresh flags and ", batch.start_positions.size(),
+        " start positions; give num_seqs + 1 cu_seqlens and num_seqs of the others"));
+  }
+  if (batch.cu_seqlens[0] != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cu_seqlens[0] is ", batch.cu_seqlens[0], "; it must be 0"));
+  }
+  for (int s = 0; s < n; ++s) {
+    if (batch.run_length(s) <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " has a run of ",
+                                                     batch.run_length(s),
+                                                     " tokens; every run needs at least 1"));
+    }
+    if (batch.start_positions[s] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " starts at position ",
+                                                     batch.start_positions[s],
+                                                     "; positions are >= 0"));
+    }
+  }
+  if (batch.cu_seqlens[n] != rows) {
+    return absl::InvalidArgumentError(absl::StrCat("the runs cover ", batch.cu_seqlens[n],
+                                                   " rows but the tensors have ", rows,
+                                                   "; the run lengths must sum to the rows"));
+  }
+  std::vector<uint8_t> used(static_cast<size_t>(state_rows), 0);
+  for (int s = 0; s < n; ++s) {
+    const int32_t slot = batch.slots[s];
+    if (slot < 0 || slot > state_rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, " uses slot ", slot, "; slots are 0..", state_rows - 1,
+                       " (", state_rows, " is the scratch row)"));
+    }
+    if (slot == state_rows) continue;  // the scratch row: any number of padding entries
+    if (used[slot]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slot ", slot, " is used twice in one batch; give each sequence its own slot"));
+    }
+    used[slot] = 1;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Buffer> Backend::Allocate(size_t bytes) {
+  if (bytes == 0) return absl::InvalidArgumentError("cannot allocate 0 bytes; ask for at least 1");
+  return DoAllocate(bytes);
+}
+
+absl::Status Backend::CopyFromHost(void* device_dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (device_dst == nullptr || host_src == nullptr) {
+    return absl::InvalidArgumentError("copy with a null pointer; pass both buffers");
+  }
+  return DoCopy(device_dst, host_src, bytes, /*to_host=*/false);
+}
+
+absl::Status Backend::CopyToHost(void* host_dst, const void* device_src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (host_dst == nullptr || device_src == nullptr) {
+    return absl::InvalidArgumentError("copy with a null pointer; pass both buffers");
+  }
+  return DoCopy(host_dst, device_src, bytes, /*to_host=*/true);
+}
+
+absl::Status Backend::Embedding(const Tensor& ids, const Tensor& table, int64_t vocab_offset,
+                                const Tensor& out) {
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "ids", ids, {DType::kI32}, 1));
+  COIL_RETURN_IF_ERROR(
+      CheckTensor(*this, "table", table, {DType::kF32, DType::kBF16, DType::kF16}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "out", out, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckContiguous("ids", ids));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 0, ids.dim(0), "the number of ids"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 1, table.dim(1), "the table's width"));
+  if (vocab_offset < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab_offset is ", vocab_offset, "; it must be >= 0"));
+  }
+  return DoEmbedding(ids, table, vocab_offset, out);
+}
+
+absl::Status Backend::AddRmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                                 const Tensor& residual, const Tensor& out) {
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "residual", residual, {DType::kF32}, 2));
+  if (!x.empty()) {
+    COIL_RETURN_IF_ERROR(CheckTensor(*this, "x", x, {DType::kF32}, 2));
+    COIL_RETURN_IF_ERROR(CheckDim("x", x, 0, residual.dim(0), "the residual's rows"));
+    COIL_RETURN_IF_ERROR(CheckDim("x", x, 1, residual.dim(1), "the residual's width"));
+  }
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "weight", weight, {DType::kF32}, 1));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "out", out, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("weight", weight, 0, residual.dim(1), "the residual's width"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 0, residual.dim(0), "the residual's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 1, residual.dim(1), "the residual's width"));
+  if (!(eps > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("eps is ", eps, "; it must be > 0"));
+  }
+  return DoAddRmsNorm(x, weight, eps, residual, out);
+}
+
+absl::Status Backend::Matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "x", x, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "w", w, {DType::kF32, DType::kBF16, DType::kF16}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "y", y, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckContiguous("w", w));
+  COIL_RETURN_IF_ERROR(CheckDim("w", w, 1, x.dim(1), "x's width K"));
+  COIL_RETURN_IF_ERROR(CheckDim("y", y, 0, x.dim(0), "x's rows M"));
+  COIL_RETURN_IF_ERROR(CheckDim("y", y, 1, w.dim(0), "w's rows N"));
+  return DoMatmul(x, w, y);
+}
+
+absl::Status Backend::CausalConv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                   const RecurrentBatch& batch, const Tensor& conv_state,
+                                   const Tensor& out) {
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "x", x, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "weight", weight, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "bias", bias, {DType::kF32}, 1));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "out", out, {DType::kF32}, 2));
+  const int64_t channels = x.dim(1);
+  COIL_RETURN_IF_ERROR(CheckContiguous("weight", weight));
+  COIL_RETURN_IF_ERROR(CheckDim("weight", weight, 0, channels, "x's channels"));
+  if (weight.dim(1) < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight is ", weight.DebugString(), "; the conv width must be >= 2"));
+  }
+  COIL_RETURN_IF_ERROR(CheckDim("bias", bias, 0, channels, "x's channels"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 0, x.dim(0), "x's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 1, channels, "x's channels"));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "conv_state", conv_state, {DType::kF32}, 3));
+  COIL_RETURN_IF_ERROR(CheckContiguous("conv_state", conv_state));
+  if (conv_state.dim(0) < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "conv_state is ", conv_state.DebugString(), "; it needs state rows plus the scratch row"));
+  }
+  COIL_RETURN_IF_ERROR(
+      CheckDim("conv_state", conv_state, 1, weight.dim(1) - 1, "the conv width - 1"));
+  COIL_RETURN_IF_ERROR(CheckDim("conv_state", conv_state, 2, channels, "x's channels"));
+  COIL_RETURN_IF_ERROR(ValidateRecurrentBatch(batch, x.dim(0), conv_state.dim(0) - 1));
+  return DoCausalConv1d(x, weight, bias, batch, conv_state, out);
+}
+
+absl::Status Backend::SsmScan(const Tensor& x, const Tensor& dt, const Tensor& a_log,
+                              const Tensor& b, const Tensor& c, const Tensor& d,
+                              const Tensor& dt_bias, const SsmScanOptions& options,
+                              const RecurrentBatch& batch, const Tensor& ssm_state,
+                              const Tensor& y) {
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "ssm_state", ssm_state, {DType::kF32}, 4));
+  COIL_RETURN_IF_ERROR(CheckContiguous("ssm_state", ssm_state));
+  if (ssm_state.dim(0) < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ssm_state is ", ssm_state.DebugString(), "; it needs state rows plus the scratch row"));
+  }
+  const int64_t heads = ssm_state.dim(1), headdim = ssm_state.dim(2), d_state = ssm_state.dim(3);
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "x", x, {DType::kF32}, 2));
+  const int64_t rows = x.dim(0);
+  COIL_RETURN_IF_ERROR(CheckDim("x", x, 1, heads * headdim, "heads * headdim of the state"));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "dt", dt, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("dt", dt, 0, rows, "x's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("dt", dt, 1, heads, "heads"));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "b", b, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("b", b, 0, rows, "x's rows"));
+  if (b.dim(1) % d_state != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("b is ", b.DebugString(),
+                                                   "; its width must be ngroups * d_state (",
+                                                   d_state, ")"));
+  }
+  const int64_t groups = b.dim(1) / d_state;
+  if (heads % groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heads (", heads, ") is not a multiple of ngroups (", groups, "); check b's width"));
+  }
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "c", c, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("c", c, 0, rows, "x's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("c", c, 1, groups * d_state, "b's width"));
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"a_log", &a_log},
+                                {"d", &d},
+                                {"dt_bias", &dt_bias}}) {
+    COIL_RETURN_IF_ERROR(CheckTensor(*this, name, *t, {DType::kF32}, 1));
+    COIL_RETURN_IF_ERROR(CheckDim(name, *t, 0, heads, "heads"));
+  }
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "y", y, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("y", y, 0, rows, "x's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("y", y, 1, heads * headdim, "x's width"));
+  if (options.chunk_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_size is ", options.chunk_size, "; it must be > 0"));
+  }
+  if (!(options.dt_min >= 0.0f) || !(options.dt_max >= options.dt_min)) {
+    return absl::InvalidArgumentError(absl::StrCat("time_step_limit is (", options.dt_min, ", ",
+                                                   options.dt_max,
+                                                   "); it needs 0 <= min <= max"));
+  }
+  COIL_RETURN_IF_ERROR(ValidateRecurrentBatch(batch, rows, ssm_state.dim(0) - 1));
+  return DoSsmScan(x, dt, a_log, b, c, d, dt_bias, options, batch, ssm_state, y);
+}
+
+absl::Status Backend::GatedSumSquares(const Tensor& y, const Tensor& z, int64_t ngroups,
+                                      const Tensor& gated, const Tensor& sumsq) {
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "y", y, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "z", z, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "gated", gated, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "sumsq", sumsq, {DType::kF32}, 2));
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"z", &z}, {"gated", &gated}}) {
+    COIL_RETURN_IF_ERROR(CheckDim(name, *t, 0, y.dim(0), "y's rows"));
+    COIL_RETURN_IF_ERROR(CheckDim(name, *t, 1, y.dim(1), "y's width"));
+  }
+  if (ngroups <= 0 || y.dim(1) % ngroups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ngroups is ", ngroups, "; it must divide y's width ",
+                                                   y.dim(1)));
+  }
+  COIL_RETURN_IF_ERROR(CheckDim("sumsq", sumsq, 0, y.dim(0), "y's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("sumsq", sumsq, 1, ngroups, "ngroups"));
+  return DoGatedSumSquares(y, z, ngroups, gated, sumsq);
+}
+
+absl::Status Backend::GatedNormApply(const Tensor& gated, const Tensor& sumsq,
+                                     const Tensor& weight, int64_t group_size, float eps,
+                                     const Tensor& out) {
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "gated", gated, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "sumsq", sumsq, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "weight", weight, {DType::kF32}, 1));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "out", out, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("sumsq", sumsq, 0, gated.dim(0), "gated's rows"));
+  if (gated.dim(1) % sumsq.dim(1) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sumsq is ", sumsq.DebugString(),
+                                                   "; its groups must divide gated's width ",
+                                                   gated.dim(1)));
+  }
+  COIL_RETURN_IF_ERROR(CheckDim("weight", weight, 0, gated.dim(1), "gated's width"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 0, gated.dim(0), "gated's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 1, gated.dim(1), "gated's width"));
+  if (group_size < gated.dim(1) / sumsq.dim(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group_size is ", group_size, "; it must be at least the local group width ",
+        gated.dim(1) / sumsq.dim(1)));
+  }
+  if (!(eps > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("eps is ", eps, "; it must be > 0"));
+  }
+  return DoGatedNormApply(gated, sumsq, weight, group_size, eps, out);
+}
+
+absl::Status Backend::Argmax(const Tensor& logits, const Tensor& ids, const Tensor& values) {
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "logits", logits, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "ids", ids, {DType::kI32}, 1));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "values", values, {DType::kF32}, 1));
+  COIL_RETURN_IF_ERROR(CheckDim("ids", ids, 0, logits.dim(0), "logits' rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("values", values, 0, logits.dim(0), "logits' rows"));
+  return DoArgmax(logits, ids, values);
+}
+
+}  // namespace coil

@@ -1,0 +1,156 @@
+// Backend: the op interface every device implements (CPU here, CUDA later), in
+// non-virtual-interface style: each public op checks its shapes and its RecurrentBatch
+// once, here, returns a Status, and only then calls the private Do*() of the device, so
+// every backend rejects exactly the same inputs before touching memory.
+// Tensors are views of the backend's own memory (device pointers on a GPU); a backend owns
+// its execution context (thread pool, stream, handles) and its workspace.
+#ifndef COIL_KERNELS_BACKEND_H_
+#define COIL_KERNELS_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/buffer.h"
+#include "kernels/recurrent_batch.h"
+#include "kernels/tensor.h"
+
+namespace coil {
+
+enum class BackendKind { kCpu, kCuda };
+
+// The SSM scan's static parameters (mamba_ssm Mamba2: chunk_size, dt_limit).
+struct SsmScanOptions {
+  // The chunked (SSD) scan's chunk length; chunks start at multiples of it of the
+  // sequence's absolute position.
+  int64_t chunk_size = 256;
+  // time_step_limit: dt' = clamp(softplus(dt + dt_bias), dt_min, dt_max). The default
+  // (0, inf) is "no limit", as in mamba_ssm.
+  float dt_min = 0.0f;
+  float dt_max = std::numeric_limits<float>::infinity();
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  virtual BackendKind kind() const = 0;
+  virtual Device device() const = 0;
+  virtual std::string Name() const = 0;
+
+  // ---- memory ----
+  // `bytes` of device memory, 64-byte aligned, zero-filled.
+  absl::StatusOr<Buffer> Allocate(size_t bytes);
+  // Host -> device and device -> host copies (plain memcpy on the CPU); ordered with the
+  // backend's ops, and CopyToHost returns when the data is on the host.
+  absl::Status CopyFromHost(void* device_dst, const void* host_src, size_t bytes);
+  absl::Status CopyToHost(void* host_dst, const void* device_src, size_t bytes);
+  // Waits for every op issued so far (a no-op on the CPU, whose ops are synchronous).
+  absl::Status Synchronize() { return DoSynchronize(); }
+
+  // ---- ops: inputs first, then outputs; activations are f32, rows are tokens ----
+
+  // out[t, :] = table[ids[t] - vocab_offset, :] as f32, or zeros when ids[t] is outside
+  // [vocab_offset, vocab_offset + V) (vocab-parallel shards; the caller all-reduces).
+  // ids: i32 [T]; table: f32/bf16/f16 [V, D]; out: f32 [T, D].
+  absl::Status Embedding(const Tensor& ids, const Tensor& table, int64_t vocab_offset,
+                         const Tensor& out);
+
+  // residual += x (skipped when x is empty: the first layer), then
+  // out = residual * rsqrt(mean(residual^2) + eps) * weight. The residual stays f32.
+  // x, residual, out: f32 [T, D]; weight: f32 [D]. out may alias x.
+  absl::Status AddRmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                          const Tensor& residual, const Tensor& out);
+
+  // y = x W^T with fp32 accumulation (PyTorch Linear layout). x: f32 [M, K] (rows may be
+  // strided); w: f32/bf16/f16 [N, K] contiguous; y: f32 [M, N] (rows may be strided).
+  // Row m of y depends only on row m of x and on W, never on M.
+  absl::Status Matmul(const Tensor& x, const Tensor& w, const Tensor& y);
+
+  // Causal depthwise conv1d over each sequence's run, with bias and SiLU:
+  // out[t, c] = silu(bias[c] + sum_k weight[c, k] * in[t - (W-1) + k, c]) where inputs
+  // before the run come from the sequence's conv state (zeros when fresh); afterwards the
+  // slot holds the last W-1 inputs. x: f32 [T, C] (rows may be strided); weight: f32
+  // [C, W]; bias: f32 [C]; conv_state: f32 [state_rows + 1, W - 1, C]; out: f32 [T, C].
+  absl::Status CausalConv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                            const RecurrentBatch& batch, const Tensor& conv_state,
+                            const Tensor& out);
+
+  // The Mamba2 selective scan. Per head h (group g = h / (H / G)) and token t:
+  //   dt' = clamp(softplus(dt[t, h] + dt_bias[h])), A = -exp(a_log[h]),
+  //   state = state * exp(A dt') + dt' x[t, h, :] (x) b[t, g, :],
+  //   y[t, h, :] = state c[t, g, :] + d[h] x[t, h, :].
+  // Runs of one token take the recurrence; longer runs the chunked SSD form (or the
+  // recurrence everywhere in the CPU reference mode). x: f32 [T, H*P]; dt: f32 [T, H];
+  // a_log, d, dt_bias: f32 [H]; b, c: f32 [T, G*N] (all rows may be strided);
+  // ssm_state: f32 [state_rows + 1, H, P, N]; y: f32 [T, H*P].
+  absl::Status SsmScan(const Tensor& x, const Tensor& dt, const Tensor& a_log, const Tensor& b,
+                       const Tensor& c, const Tensor& d, const Tensor& dt_bias,
+                       const SsmScanOptions& options, const RecurrentBatch& batch,
+                       const Tensor& ssm_state, const Tensor& y);
+
+  // First half of the gated grouped RMSNorm rmsnorm(y * silu(z)) * w: gated = y * silu(z)
+  // and, per row and group of E / ngroups columns, sumsq = sum(gated^2). A caller whose
+  // group spans ranks all-reduces sumsq before GatedNormApply. y, z, gated: f32 [T, E]
+  // (z may be strided; gated may alias y); sumsq: f32 [T, ngroups].
+  absl::Status GatedSumSquares(const Tensor& y, const Tensor& z, int64_t ngroups,
+                               const Tensor& gated, const Tensor& sumsq);
+
+  // Second half: out = gated * rsqrt(sumsq / group_size + eps) * weight, where group_size
+  // is the group's full width (across ranks). out may alias gated.
+  absl::Status GatedNormApply(const Tensor& gated, const Tensor& sumsq, const Tensor& weight,
+                              int64_t group_size, float eps, const Tensor& out);
+
+  // Per row: the index of the largest value (the lowest index among equals; NaN never
+  // wins) and the value. logits: f32 [T, V]; ids: i32 [T]; values: f32 [T].
+  absl::Status Argmax(const Tensor& logits, const Tensor& ids, const Tensor& values);
+
+ protected:
+  Backend() = default;
+
+ private:
+  // One slot per public op; the arguments have been checked.
+  virtual absl::StatusOr<Buffer> DoAllocate(size_t bytes) = 0;
+  virtual absl::Status DoCopy(void* dst, const void* src, size_t bytes, bool to_host) = 0;
+  virtual absl::Status DoSynchronize() = 0;
+  virtual absl::Status DoEmbedding(const Tensor& ids, const Tensor& table, int64_t vocab_offset,
+                                   const Tensor& out) = 0;
+  virtual absl::Status DoAddRmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                                    const Tensor& residual, const Tensor& out) = 0;
+  virtual absl::Status DoMatmul(const Tensor& x, const Tensor& w, const Tensor& y) = 0;
+  virtual absl::Status DoCausalConv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                      const RecurrentBatch& batch, const Tensor& conv_state,
+                                      const Tensor& out) = 0;
+  virtual absl::Status DoSsmScan(const Tensor& x, const Tensor& dt, const Tensor& a_log,
+                                 const Tensor& b, const Tensor& c, const Tensor& d,
+                                 const Tensor& dt_bias, const SsmScanOptions& options,
+                                 const RecurrentBatch& batch, const Tensor& ssm_state,
+                                 const Tensor& y) = 0;
+  virtual absl::Status DoGatedSumSquares(const Tensor& y, const Tensor& z, int64_t ngroups,
+                                         const Tensor& gated, const Tensor& sumsq) = 0;
+  virtual absl::Status DoGatedNormApply(const Tensor& gated, const Tensor& sumsq,
+                                        const Tensor& weight, int64_t group_size, float eps,
+                                        const Tensor& out) = 0;
+  virtual absl::Status DoArgmax(const Tensor& logits, const Tensor& ids,
+                                const Tensor& values) = 0;
+};
+
+// The public ops, by name: the op harness's coverage test fails for an op listed here
+// that has no test case, so a new op is added here too.
+inline constexpr const char* kBackendOps[] = {
+    "Embedding", "AddRmsNorm",      "Matmul",         "CausalConv1d",
+    "SsmScan",   "GatedSumSquares", "GatedNormApply", "Argmax"};
+
+// Checks a RecurrentBatch against `rows` packed rows and a pool of `state_rows` rows (plus
+// the scratch row). Public so that step metadata can be validated once per step too.
+absl::Status ValidateRecurrentBatch(const RecurrentBatch& batch, int64_t rows,
+                                    int64_t state_rows);
+
+}  // namespace coil
+
+#endif  // COIL_KERNELS_BACKEND_H_

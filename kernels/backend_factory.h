@@ -1,0 +1,26 @@
+// CreateBackend: the one place that knows which backends this build has. The CPU backend
+// is always built; others are added under their build flag.
+#ifndef COIL_KERNELS_BACKEND_FACTORY_H_
+#define COIL_KERNELS_BACKEND_FACTORY_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+
+namespace coil {
+
+struct BackendOptions {
+  // CPU: worker threads, the calling thread included (--threads).
+  int threads = 1;
+  // CPU: run every op through the reference kernels (the token-by-token recurrence for
+  // the scan, scalar loops elsewhere): the oracle the tests compare against.
+  bool use_reference = false;
+};
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
+                                                       const BackendOptions& options = {});
+
+}  // namespace coil
+
+#endif  // COIL_KERNELS_BACKEND_FACTORY_H_

@@ -1,0 +1,79 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace coil {
+
+absl::StatusOr<Buffer> CpuBackend::DoAllocate(size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* data = std::aligned_alloc(64, rounded);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes of host memory; lower the budget"));
+  }
+  std::memset(data, 0, rounded);
+  return Buffer(data, bytes, [](void* p) { std::free(p); });
+}
+
+absl::Status CpuBackend::DoCopy(void* dst, const void* src, size_t bytes, bool to_host) {
+  std::memcpy(dst, src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoEmbedding(const Tensor& ids, const Tensor& table,
+                                     int64_t vocab_offset, const Tensor& out) {
+  CpuEmbedding({&pool_, use_ref_}, ids, table, vocab_offset, out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoAddRmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                                      const Tensor& residual, const Tensor& out) {
+  CpuAddRmsNorm({&pool_, use_ref_}, x, weight, eps, residual, out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoMatmul(const Tensor& x, const Tensor& w, const Tensor& y) {
+  CpuMatmul({&pool_, use_ref_}, x, w, y);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoCausalConv1d(const Tensor& x, const Tensor& weight,
+                                        const Tensor& bias, const RecurrentBatch& batch,
+                                        const Tensor& conv_state, const Tensor& out) {
+  CpuCausalConv1d({&pool_, use_ref_}, x, weight, bias, batch, conv_state, out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoSsmScan(const Tensor& x, const Tensor& dt, const Tensor& a_log,
+                                   const Tensor& b, const Tensor& c, const Tensor& d,
+                                   const Tensor& dt_bias, const SsmScanOptions& options,
+                                   const RecurrentBatch& batch, const Tensor& ssm_state,
+                                   const Tensor& y) {
+  CpuSsmScan({&pool_, use_ref_}, x, dt, a_log, b, c, d, dt_bias, options, batch, ssm_state, y);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoGatedSumSquares(const Tensor& y, const Tensor& z, int64_t ngroups,
+                                           const Tensor& gated, const Tensor& sumsq) {
+  CpuGatedSumSquares({&pool_, use_ref_}, y, z, ngroups, gated, sumsq);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoGatedNormApply(const Tensor& gated, const Tensor& sumsq,
+                                          const Tensor& weight, int64_t group_size, float eps,
+                                          const Tensor& out) {
+  CpuGatedNormApply({&pool_, use_ref_}, gated, sumsq, weight, group_size, eps, out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoArgmax(const Tensor& logits, const Tensor& ids,
+                                  const Tensor& values) {
+  CpuArgmax({&pool_, use_ref_}, logits, ids, values);
+  return absl::OkStatus();
+}
+
+}  // namespace coil

@@ -1,0 +1,43 @@
+// The CPU backend's op kernels, one file each (kernels/cpu/<op>.cc, the same basename as
+// kernels/cuda/<op>.cu). Arguments have been checked by Backend; `use_ref` selects the
+// reference kernels (scalar loops, the token-by-token recurrence) that are the oracle.
+#ifndef COIL_KERNELS_CPU_CPU_OPS_H_
+#define COIL_KERNELS_CPU_CPU_OPS_H_
+
+#include <cstdint>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace coil {
+
+struct CpuContext {
+  ThreadPool* pool;
+  bool use_ref;
+};
+
+void CpuEmbedding(const CpuContext& ctx, const Tensor& ids, const Tensor& table,
+                  int64_t vocab_offset, const Tensor& out);
+void CpuAddRmsNorm(const CpuContext& ctx, const Tensor& x, const Tensor& weight, float eps,
+                   const Tensor& residual, const Tensor& out);
+void CpuMatmul(const CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor& y);
+void CpuCausalConv1d(const CpuContext& ctx, const Tensor& x, const Tensor& weight,
+                     const Tensor& bias, const RecurrentBatch& batch, const Tensor& conv_state,
+                     const Tensor& out);
+void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const Tensor& a_log,
+                const Tensor& b, const Tensor& c, const Tensor& d, const Tensor& dt_bias,
+                const SsmScanOptions& options, const RecurrentBatch& batch,
+                const Tensor& ssm_state, const Tensor& y);
+void CpuGatedSumSquares(const CpuContext& ctx, const Tensor& y, const Tensor& z,
+                        int64_t ngroups, const Tensor& gated, const Tensor& sumsq);
+void CpuGatedNormApply(const CpuContext& ctx, const Tensor& gated, const Tensor& sumsq,
+                       const Tensor& weight, int64_t group_size, float eps, const Tensor& out);
+void CpuArgmax(const CpuContext& ctx, const Tensor& logits, const Tensor& ids,
+               const Tensor& values);
+
+// Row pointer helpers for rank-2 f32 views with strided rows.
+inline float* RowF32(const Tensor& t, int64_t row) { return t.data<float>() + row * t.stride(0); }
+
+}  // namespace coil
+
+#endif  // COIL_KERNELS_CPU_CPU_OPS_H_

@@ -1,0 +1,275 @@
+// y = x W^T with fp32 accumulation, W [N, K] stored f32, bf16 or f16.
+// Batch invariance: every output element is one dot product whose order depends only on K:
+// 16 lane partials over k (lane = k mod 16, or the k pair mod 32 for bf16), accumulated
+// k-block by k-block, then folded in FoldLanes16's order. Tiling over rows and columns
+// only decides which elements are computed together, never how, so row m of y is the same
+// for any M. With bf16 weights the x row is rounded to bf16 (DESIGN §6) and the products
+// taken by vdpbf16ps where the CPU has AVX-512 BF16.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__)
+// GCC 12's AVX-512 headers read _mm512_undefined_*() values, which -Werror rejects.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace coil {
+namespace {
+
+constexpr int kMr = 4;        // x rows per tile
+constexpr int kNr = 4;        // W rows per tile
+constexpr int64_t kMb = 64;   // x rows per cache block (L2)
+
+// ---------------------------------------------------------------- reference
+void MatmulRef(const Tensor& x, const Tensor& w, const Tensor& y, int64_t m_begin,
+               int64_t m_end) {
+  const int64_t n_count = w.dim(0), k_count = w.dim(1);
+  for (int64_t m = m_begin; m < m_end; ++m) {
+    const float* xr = RowF32(x, m);
+    float* yr = RowF32(y, m);
+    for (int64_t n = 0; n < n_count; ++n) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < k_count; ++k) {
+        const int64_t i = n * k_count + k;
+        double wv, xv = xr[k];
+        switch (w.dtype()) {
+          case DType::kBF16:
+            wv = Bf16ToFloat(w.data<uint16_t>()[i]);
+            xv = Bf16ToFloat(FloatToBf16(xr[k]));
+            break;
+          case DType::kF16:
+            wv = F16ToFloat(w.data<uint16_t>()[i]);
+            break;
+          default:
+            wv = w.data<float>()[i];
+        }
+        acc += xv * wv;
+      }
+      yr[n] = static_cast<float>(acc);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- portable
+COIL_VECTORIZE float DotPortable(const float* x, const float* w, int64_t k_count) {
+  float lanes[16] = {};
+  int64_t k = 0;
+  for (; k + 16 <= k_count; k += 16) {
+    for (int j = 0; j < 16; ++j) lanes[j] += x[k + j] * w[k + j];
+  }
+  for (int j = 0; k + j < k_count; ++j) lanes[j] += x[k + j] * w[k + j];
+  return FoldLanes16(lanes);
+}
+
+void MatmulPortable(const Tensor& x, const Tensor& w, const Tensor& y, int64_t n_begin,
+                    int64_t n_end) {
+  const int64_t m_count = x.dim(0), k_count = w.dim(1);
+  std::vector<float> wrow(static_cast<size_t>(k_count)), xrow(static_cast<size_t>(k_count));
+  for (int64_t n = n_begin; n < n_end; ++n) {
+    for (int64_t k = 0; k < k_count; ++k) {
+      const int64_t i = n * k_count + k;
+      wrow[k] = w.dtype() == DType::kF32    ? w.data<float>()[i]
+                : w.dtype() == DType::kBF16 ? Bf16ToFloat(w.data<uint16_t>()[i])
+                                            : F16ToFloat(w.data<uint16_t>()[i]);
+    }
+    for (int64_t m = 0; m < m_count; ++m) {
+      const float* xr = RowF32(x, m);
+      if (w.dtype() == DType::kBF16) {
+        for (int64_t k = 0; k < k_count; ++k) xrow[k] = Bf16ToFloat(FloatToBf16(xr[k]));
+        xr = xrow.data();
+      }
+      RowF32(y, m)[n] = DotPortable(xr, wrow.data(), k_count);
+    }
+  }
+}
+
+#if defined(__x86_64__)
+#define COIL_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define COIL_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+// Folds four accumulators at once in FoldLanes16's order; returns their four sums.
+COIL_AVX512 inline __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 v = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m512i first = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(first, v));
+}
+
+COIL_AVX512 inline void StoreSums(float* y, __m128 sums, int nr) {
+  if (nr == 4) {
+    _mm_storeu_ps(y, sums);
+  } else {
+    _mm_mask_storeu_ps(y, static_cast<__mmask8>((1u << nr) - 1), sums);
+  }
+}
+
+// MR x NR tile, bf16 x (padded with zeros to a multiple of 32) times bf16 W rows.
+template <int MR, int NR>
+COIL_AVX512_BF16 void TileBf16(const uint16_t* xb, int64_t ldx, const uint16_t* w,
+                               int64_t k_count, float* y, int64_t ldy) {
+  __m512 acc[MR][4];
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 32 <= k_count; k += 32) {
+    __m512i wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = _mm512_loadu_si512(w + j * k_count + k);
+    for (int i = 0; i < MR; ++i) {
+      const __m512i xv = _mm512_loadu_si512(xb + i * ldx + k);
+      for (int j = 0; j < NR; ++j) {
+        acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)xv, (__m512bh)wv[j]);
+      }
+    }
+  }
+  if (k < k_count) {
+    const __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << (k_count - k)) - 1);
+    __m512i wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = _mm512_maskz_loadu_epi16(mask, w + j * k_count + k);
+    for (int i = 0; i < MR; ++i) {
+      const __m512i xv = _mm512_loadu_si512(xb + i * ldx + k);
+      for (int j = 0; j < NR; ++j) {
+        acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)xv, (__m512bh)wv[j]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    StoreSums(y + i * ldy, Reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), NR);
+  }
+}
+
+template <DType WT>
+COIL_AVX512 inline __m512 LoadW16(const void* w, int64_t i, __mmask16 mask) {
+  if constexpr (WT == DType::kF32) {
+    return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(w) + i);
+  } else {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(w) + i));
+  }
+}
+
+// MR x NR tile, f32 x (padded to a multiple of 16) times f32 or f16 W rows, with FMAs.
+template <DType WT, int MR, int NR>
+COIL_AVX512 void TileF32(const float* xp, int64_t ldx, const void* w, int64_t k_count, float* y,
+                         int64_t ldy) {
+  __m512 acc[MR][4];
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < k_count; k += 16) {
+    const __mmask16 mask =
+        k + 16 <= k_count ? __mmask16{0xffff}
+                          : static_cast<__mmask16>((1u << (k_count - k)) - 1);
+    __m512 wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = LoadW16<WT>(w, j * k_count + k, mask);
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xv = _mm512_loadu_ps(xp + i * ldx + k);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    StoreSums(y + i * ldy, Reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), NR);
+  }
+}
+
+using Bf16TileFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, float*, int64_t);
+using F32TileFn = void (*)(const float*, int64_t, const void*, int64_t, float*, int64_t);
+
+// [mr - 1][nr - 1] -> the tile kernel for the edge sizes.
+#define COIL_ROW_BF16(MR) {&TileBf16<MR, 1>, &TileBf16<MR, 2>, &TileBf16<MR, 3>, &TileBf16<MR, 4>}
+constexpr Bf16TileFn kBf16Tiles[4][4] = {COIL_ROW_BF16(1), COIL_ROW_BF16(2), COIL_ROW_BF16(3),
+                                         COIL_ROW_BF16(4)};
+#undef COIL_ROW_BF16
+#define COIL_ROW_F32(WT, MR) \
+  {&TileF32<WT, MR, 1>, &TileF32<WT, MR, 2>, &TileF32<WT, MR, 3>, &TileF32<WT, MR, 4>}
+constexpr F32TileFn kF32Tiles[4][4] = {COIL_ROW_F32(DType::kF32, 1), COIL_ROW_F32(DType::kF32, 2),
+                                       COIL_ROW_F32(DType::kF32, 3), COIL_ROW_F32(DType::kF32, 4)};
+constexpr F32TileFn kF16Tiles[4][4] = {COIL_ROW_F32(DType::kF16, 1), COIL_ROW_F32(DType::kF16, 2),
+                                       COIL_ROW_F32(DType::kF16, 3), COIL_ROW_F32(DType::kF16, 4)};
+#undef COIL_ROW_F32
+
+COIL_AVX512_BF16 void RowToBf16(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
+    _mm512_storeu_si512(dst + i, (__m512i)v);
+  }
+  for (; i < n; ++i) dst[i] = FloatToBf16(src[i]);
+}
+
+// Runs the tile kernels over all rows and W rows [n_begin, n_end): x rows in cache blocks
+// of kMb (L2), W in tiles of kNr rows (L1), each tile swept over the block's rows.
+template <typename XT, typename WT, typename TileFn>
+void RunTiles(const XT* xpacked, int64_t ldx, int64_t m_count, const WT* w, int64_t ldw,
+              int64_t k_count, const Tensor& y, int64_t n_begin, int64_t n_end,
+              const TileFn (&tiles)[4][4]) {
+  for (int64_t m0 = 0; m0 < m_count; m0 += kMb) {
+    const int64_t m1 = std::min(m_count, m0 + kMb);
+    for (int64_t n = n_begin; n < n_end; n += kNr) {
+      const int nr = static_cast<int>(std::min<int64_t>(kNr, n_end - n));
+      for (int64_t m = m0; m < m1; m += kMr) {
+        const int mr = static_cast<int>(std::min<int64_t>(kMr, m1 - m));
+        tiles[mr - 1][nr - 1](xpacked + m * ldx, ldx, w + n * ldw, k_count, RowF32(y, m) + n,
+                              y.stride(0));
+      }
+    }
+  }
+}
+#endif  // __x86_64__
+
+}  // namespace
+
+void CpuMatmul(const CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor& y) {
+  const int64_t m_count = x.dim(0), n_count = w.dim(0), k_count = w.dim(1);
+  if (ctx.use_ref) {
+    ctx.pool->ParallelFor(m_count, 1,
+                          [&](int64_t begin, int64_t end) { MatmulRef(x, w, y, begin, end); });
+    return;
+  }
+  const CpuFeatures& cpu = CpuFeatures::Get();
+#if defined(__x86_64__)
+  if (w.dtype() == DType::kBF16 && cpu.avx512_bf16) {
+    const int64_t ldx = (k_count + 31) / 32 * 32;
+    std::vector<uint16_t> xb(static_cast<size_t>(m_count * ldx), 0);
+    ctx.pool->ParallelFor(m_count, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t m = begin; m < end; ++m) RowToBf16(RowF32(x, m), xb.data() + m * ldx, k_count);
+    });
+    const uint16_t* wp = w.data<uint16_t>();
+    ctx.pool->ParallelFor(n_count, kNr, [&](int64_t n_begin, int64_t n_end) {
+      RunTiles(xb.data(), ldx, m_count, wp, k_count, k_count, y, n_begin, n_end, kBf16Tiles);
+    });
+    return;
+  }
+  if (w.dtype() != DType::kBF16 && cpu.avx512) {
+    const int64_t ldx = (k_count + 15) / 16 * 16;
+    std::vector<float> xp(static_cast<size_t>(m_count * ldx), 0.0f);
+    for (int64_t m = 0; m < m_count; ++m) {
+      std::memcpy(xp.data() + m * ldx, RowF32(x, m), sizeof(float) * k_count);
+    }
+    const auto& tiles = w.dtype() == DType::kF32 ? kF32Tiles : kF16Tiles;
+    const char* wp = static_cast<const char*>(w.raw());
+    const int64_t row_bytes = k_count * static_cast<int64_t>(DTypeSize(w.dtype()));
+    ctx.pool->ParallelFor(n_count, kNr, [&](int64_t n_begin, int64_t n_end) {
+      RunTiles(xp.data(), ldx, m_count, wp, row_bytes, k_count, y, n_begin, n_end, tiles);
+    });
+    return;
+  }
+#endif
+  ctx.pool->ParallelFor(n_count, kNr, [&](int64_t n_begin, int64_t n_end) {
+    MatmulPortable(x, w, y, n_begin, n_end);
+  });
+}
+
+}  // namespace coil

@@ -1,0 +1,41 @@
+#include "kernels/state_pool.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace coil {
+
+absl::StatusOr<StatePool> StatePool::Create(Backend& backend, const StatePoolShape& shape) {
+  if (shape.layers <= 0 || shape.state_rows <= 0 || shape.d_conv < 2 ||
+      shape.conv_channels <= 0 || shape.heads <= 0 || shape.headdim <= 0 ||
+      shape.d_state <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "state pool shape (layers ", shape.layers, ", rows ", shape.state_rows, ", d_conv ",
+        shape.d_conv, ", conv_channels ", shape.conv_channels, ", heads ", shape.heads,
+        ", headdim ", shape.headdim, ", d_state ", shape.d_state,
+        ") is invalid; every size must be positive and d_conv >= 2"));
+  }
+  const int64_t rows = shape.state_rows + 1;
+  COIL_ASSIGN_OR_RETURN(
+      Buffer conv, backend.Allocate(shape.layers * rows * shape.conv_floats_per_row() * 4));
+  COIL_ASSIGN_OR_RETURN(
+      Buffer ssm, backend.Allocate(shape.layers * rows * shape.ssm_floats_per_row() * 4));
+  return StatePool(shape, backend.device(), std::move(conv), std::move(ssm));
+}
+
+Tensor StatePool::ConvState(int64_t layer) const {
+  COIL_CHECK(layer >= 0 && layer < shape_.layers);
+  const int64_t rows = shape_.state_rows + 1;
+  float* base = static_cast<float*>(conv_.data()) + layer * rows * shape_.conv_floats_per_row();
+  return Tensor(base, DType::kF32, {rows, shape_.d_conv - 1, shape_.conv_channels}, device_);
+}
+
+Tensor StatePool::SsmState(int64_t layer) const {
+  COIL_CHECK(layer >= 0 && layer < shape_.layers);
+  const int64_t rows = shape_.state_rows + 1;
+  float* base = static_cast<float*>(ssm_.data()) + layer * rows * shape_.ssm_floats_per_row();
+  return Tensor(base, DType::kF32, {rows, shape_.heads, shape_.headdim, shape_.d_state}, device_);
+}
+
+}  // namespace coil

@@ -1,0 +1,118 @@
+// The op harness: every op x backend x dtype against the CPU backend's reference mode
+// (scalar loops and the token-by-token recurrence: the oracle), on random inputs seeded
+// from the case name. Sections: (1) the backends under test, (2) the comparison, (3) the
+// coverage test. To add an op: list it in kBackendOps (kernels/backend.h) and add a case
+// to TestOpCases() (op_cases.cc); the coverage test fails until both are done.
+// Checks, in order: NaN/inf, NMSE against the reference, guards (state rows not in the
+// batch, the scratch row, bytes past each tensor, padding of strided rows) unchanged.
+#include <cmath>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/backend_factory.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/unit/kernels/op_cases.h"
+#include "tests/unit/kernels/op_test_util.h"
+
+namespace coil::testing {
+namespace {
+
+// ---- (1) the backends under test: the CPU's fast kernels on 1 and 2 threads; the CUDA
+// backend joins here under COIL_WITH_CUDA.
+struct BackendUnderTest {
+  std::string name;
+  BackendKind kind;
+  int threads;
+};
+
+std::vector<BackendUnderTest> Backends() {
+  std::vector<BackendUnderTest> b = {{"cpu", BackendKind::kCpu, 2},
+                                     {"cpu1t", BackendKind::kCpu, 1}};
+#if COIL_WITH_CUDA
+  b.push_back({"cuda", BackendKind::kCuda, 1});
+#endif
+  return b;
+}
+
+struct Param {
+  BackendUnderTest backend;
+  int case_index;
+  std::string name;  // "SsmScan/cpu_f32_h4_..."
+};
+
+std::vector<Param> AllParams() {
+  std::vector<Param> params;
+  const auto cases = TestOpCases();
+  for (const auto& backend : Backends()) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      params.push_back({backend, static_cast<int>(i),
+                        cases[i]->Op() + "/" + backend.name + "_" + cases[i]->Params()});
+    }
+  }
+  return params;
+}
+
+// ---- (2) the comparison
+class BackendOpsTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(BackendOpsTest, MatchesReference) {
+  const Param& p = GetParam();
+  auto backend_or = CreateBackend(p.backend.kind, {.threads = p.backend.threads});
+  if (absl::IsUnimplemented(backend_or.status())) GTEST_SKIP() << backend_or.status();
+  ASSERT_TRUE(backend_or.ok()) << backend_or.status();
+  auto reference_or = CreateBackend(BackendKind::kCpu, {.threads = 1, .use_reference = true});
+  ASSERT_TRUE(reference_or.ok()) << reference_or.status();
+
+  auto test_case = std::move(TestOpCases()[p.case_index]);
+  auto reference_case = std::move(TestOpCases()[p.case_index]);
+  const uint64_t seed = SeedFromName(test_case->Name());
+  SCOPED_TRACE(::testing::Message() << "case " << p.name << " seed " << seed);
+  test_case->MakeInputs(seed);
+  reference_case->MakeInputs(seed);
+
+  auto got = test_case->Run(**backend_or);
+  ASSERT_TRUE(got.ok()) << got.status();
+  auto want = reference_case->Run(**reference_or);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_EQ(got->outputs.size(), want->outputs.size());
+  for (size_t o = 0; o < got->outputs.size(); ++o) {
+    const auto& [name, a] = got->outputs[o];
+    const auto& b = want->outputs[o].second;
+    ASSERT_EQ(a.size(), b.size()) << name;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_FALSE(std::isnan(a[i])) << name << "[" << i << "] is NaN";
+      ASSERT_EQ(std::isinf(a[i]), std::isinf(b[i])) << name << "[" << i << "] = " << a[i];
+    }
+    const double nmse = Nmse(a, b);
+    EXPECT_LE(nmse, test_case->max_nmse()) << name << ": NMSE " << nmse;
+  }
+  for (const std::string& v : got->guard_violations) ADD_FAILURE() << v;
+  for (const std::string& v : want->guard_violations) ADD_FAILURE() << "reference: " << v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, BackendOpsTest, ::testing::ValuesIn(AllParams()),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           std::string n = info.param.name;
+                           for (char& c : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return n;
+                         });
+
+// ---- (3) coverage: every op of the Backend interface has at least one case.
+TEST(BackendOpsCoverageTest, EveryOpHasACase) {
+  std::set<std::string> covered;
+  for (const auto& c : TestOpCases()) covered.insert(c->Op());
+  for (const char* op : kBackendOps) {
+    EXPECT_TRUE(covered.count(op)) << "op " << op << " has no case in TestOpCases()";
+  }
+  std::set<std::string> ops(std::begin(kBackendOps), std::end(kBackendOps));
+  for (const std::string& op : covered) {
+    EXPECT_TRUE(ops.count(op)) << "case op " << op << " is not in kBackendOps";
+  }
+}
+
+}  // namespace
+}  // namespace coil::testing

@@ -1,0 +1,548 @@
+#include "tests/unit/kernels/op_cases.h"
+
+#include <algorithm>
+#include <optional>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "tests/unit/kernels/op_test_util.h"
+
+namespace coil::testing {
+namespace {
+
+// ---------------------------------------------------------------- Embedding
+class EmbeddingCase : public OpCase {
+ public:
+  EmbeddingCase(DType dtype, int64_t tokens, int64_t vocab, int64_t width, int64_t offset)
+      : dtype_(dtype), tokens_(tokens), vocab_(vocab), width_(width), offset_(offset) {}
+  std::string Op() const override { return "Embedding"; }
+  std::string Params() const override {
+    return absl::StrCat(DTypeName(dtype_), "_t", tokens_, "_v", vocab_, "_d", width_, "_off",
+                        offset_);
+  }
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    table_ = RandomFloats(rng, vocab_ * width_);
+    // Ids below, inside and above this shard's range [offset, offset + vocab).
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(offset_ + vocab_ + 3));
+    ids_.resize(tokens_);
+    for (auto& i : ids_) i = id(rng);
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_ids_, DeviceArray::FromInts(backend, ids_));
+    COIL_ASSIGN_OR_RETURN(d_table_, DeviceArray::FromFloats(backend, table_, dtype_));
+    COIL_ASSIGN_OR_RETURN(d_out_, DeviceArray::FromFloats(
+                                      backend, std::vector<float>(tokens_ * width_, -7.0f)));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    return backend.Embedding(Tensor(d_ids_->data(), DType::kI32, {tokens_}, backend.device()),
+                             Tensor(d_table_->data(), dtype_, {vocab_, width_}, backend.device()),
+                             offset_,
+                             Tensor(d_out_->data(), DType::kF32, {tokens_, width_},
+                                    backend.device()));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    COIL_ASSIGN_OR_RETURN(auto out, d_out_->ReadFloats());
+    r.outputs.emplace_back("out", std::move(out));
+    return r;
+  }
+  double flops() const override { return 0; }
+  double bytes() const override {
+    return tokens_ * width_ * (4.0 + DTypeSize(dtype_));
+  }
+
+ private:
+  DType dtype_;
+  int64_t tokens_, vocab_, width_, offset_;
+  std::vector<float> table_;
+  std::vector<int32_t> ids_;
+  std::optional<DeviceArray> d_ids_, d_table_, d_out_;
+};
+
+// ---------------------------------------------------------------- AddRmsNorm
+class AddRmsNormCase : public OpCase {
+ public:
+  AddRmsNormCase(int64_t rows, int64_t width, bool with_x)
+      : rows_(rows), width_(width), with_x_(with_x) {}
+  std::string Op() const override { return "AddRmsNorm"; }
+  std::string Params() const override {
+    return absl::StrCat("f32_t", rows_, "_d", width_, with_x_ ? "_add" : "_first");
+  }
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    x_ = RandomFloats(rng, rows_ * width_, -2.0f, 2.0f);
+    residual_ = RandomFloats(rng, rows_ * width_, -2.0f, 2.0f);
+    weight_ = RandomFloats(rng, width_, 0.5f, 1.5f);
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_x_, DeviceArray::FromFloats(backend, x_));
+    COIL_ASSIGN_OR_RETURN(d_res_, DeviceArray::FromFloats(backend, residual_));
+    COIL_ASSIGN_OR_RETURN(d_w_, DeviceArray::FromFloats(backend, weight_));
+    COIL_ASSIGN_OR_RETURN(d_out_, DeviceArray::FromFloats(backend, residual_));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    const Device dev = backend.device();
+    return backend.AddRmsNorm(
+        with_x_ ? Tensor(d_x_->data(), DType::kF32, {rows_, width_}, dev) : Tensor(),
+        Tensor(d_w_->data(), DType::kF32, {width_}, dev), 1e-5f,
+        Tensor(d_res_->data(), DType::kF32, {rows_, width_}, dev),
+        Tensor(d_out_->data(), DType::kF32, {rows_, width_}, dev));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    COIL_ASSIGN_OR_RETURN(auto out, d_out_->ReadFloats());
+    COIL_ASSIGN_OR_RETURN(auto res, d_res_->ReadFloats());
+    r.outputs.emplace_back("out", std::move(out));
+    r.outputs.emplace_back("residual", std::move(res));
+    return r;
+  }
+  double flops() const override { return 4.0 * rows_ * width_; }
+  double bytes() const override { return 4.0 * rows_ * width_ * 4; }
+
+ private:
+  int64_t rows_, width_;
+  bool with_x_;
+  std::vector<float> x_, residual_, weight_;
+  std::optional<DeviceArray> d_x_, d_res_, d_w_, d_out_;
+};
+
+// ---------------------------------------------------------------- Matmul
+class MatmulCase : public OpCase {
+ public:
+  MatmulCase(DType dtype, int64_t m, int64_t n, int64_t k, int64_t y_stride_pad = 0)
+      : dtype_(dtype), m_(m), n_(n), k_(k), pad_(y_stride_pad) {}
+  std::string Op() const override { return "Matmul"; }
+  std::string Params() const override {
+    return absl::StrCat(DTypeName(dtype_), "_m", m_, "_n", n_, "_k", k_,
+                        pad_ ? absl::StrCat("_ypad", pad_) : "");
+  }
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    x_ = RandomFloats(rng, m_ * k_);
+    w_ = RandomFloats(rng, n_ * k_, -0.1f, 0.1f);
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_x_, DeviceArray::FromFloats(backend, x_));
+    COIL_ASSIGN_OR_RETURN(d_w_, DeviceArray::FromFloats(backend, w_, dtype_));
+    COIL_ASSIGN_OR_RETURN(d_y_, DeviceArray::FromFloats(
+                                    backend, std::vector<float>(m_ * (n_ + pad_), 3.0f)));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    const Device dev = backend.device();
+    return backend.Matmul(Tensor(d_x_->data(), DType::kF32, {m_, k_}, dev),
+                          Tensor(d_w_->data(), dtype_, {n_, k_}, dev),
+                          Tensor(d_y_->data(), DType::kF32, {m_, n_}, {n_ + pad_, 1}, dev));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    COIL_ASSIGN_OR_RETURN(auto y, d_y_->ReadFloats());
+    // The padding columns of y's strided rows are guards too.
+    for (int64_t i = 0; i < m_; ++i) {
+      for (int64_t j = n_; j < n_ + pad_; ++j) {
+        if (y[i * (n_ + pad_) + j] != 3.0f) {
+          r.guard_violations.push_back(absl::StrCat("y padding (", i, ", ", j, ") changed"));
+        }
+      }
+    }
+    r.outputs.emplace_back("y", std::move(y));
+    return r;
+  }
+  double flops() const override { return 2.0 * m_ * n_ * k_; }
+  double bytes() const override {
+    return static_cast<double>(n_) * k_ * DTypeSize(dtype_) + 4.0 * m_ * (k_ + n_);
+  }
+
+ private:
+  DType dtype_;
+  int64_t m_, n_, k_, pad_;
+  std::vector<float> x_, w_;
+  std::optional<DeviceArray> d_x_, d_w_, d_y_;
+};
+
+// A batch of `runs` on shuffled slots of a pool of `state_rows` rows, the first sequence
+// fresh, the others resuming from state; start positions are unaligned to chunks.
+RecurrentBatch MakeBatch(std::mt19937_64& rng, const std::vector<int32_t>& runs,
+                         int state_rows, bool first_fresh = true) {
+  RecurrentBatch batch;
+  const std::vector<int32_t> slots =
+      ShuffledSlots(rng, static_cast<int>(runs.size()), state_rows);
+  std::uniform_int_distribution<int32_t> pos(0, 40);
+  for (size_t s = 0; s < runs.size(); ++s) {
+    const bool fresh = first_fresh && s == 0;
+    batch.Add(runs[s], slots[s], fresh, fresh ? 0 : pos(rng));
+  }
+  return batch;
+}
+
+// Compares a read-back state pool [rows + 1, row_floats] with its initial contents:
+// rows the batch used go to `outputs`; every other row must be unchanged, bit for bit.
+void SplitStateRows(const std::string& name, const std::vector<float>& initial,
+                    const std::vector<float>& now, int64_t row_floats,
+                    const RecurrentBatch& batch, OpResult& r) {
+  const int64_t rows = static_cast<int64_t>(now.size()) / row_floats;
+  std::vector<float> used;
+  for (int64_t row = 0; row < rows; ++row) {
+    const bool in_batch =
+        std::find(batch.slots.begin(), batch.slots.end(), row) != batch.slots.end() &&
+        row != rows - 1;
+    const float* a = now.data() + row * row_floats;
+    const float* b = initial.data() + row * row_floats;
+    if (in_batch) {
+      used.insert(used.end(), a, a + row_floats);
+    } else if (std::memcmp(a, b, row_floats * sizeof(float)) != 0) {
+      r.guard_violations.push_back(absl::StrCat(name, " row ", row, row == rows - 1 ? " (scratch)" : "",
+                                                " is not in the batch but changed"));
+    }
+  }
+  r.outputs.emplace_back(name, std::move(used));
+}
+
+std::string RunsName(const std::vector<int32_t>& runs) { return absl::StrJoin(runs, "-"); }
+
+// ---------------------------------------------------------------- CausalConv1d
+class CausalConv1dCase : public OpCase {
+ public:
+  CausalConv1dCase(int64_t channels, int64_t width, std::vector<int32_t> runs, int state_rows)
+      : channels_(channels), width_(width), runs_(std::move(runs)), state_rows_(state_rows) {}
+  std::string Op() const override { return "CausalConv1d"; }
+  std::string Params() const override {
+    return absl::StrCat("f32_c", channels_, "_w", width_, "_runs", RunsName(runs_), "_rows",
+                        state_rows_);
+  }
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    batch_ = MakeBatch(rng, runs_, state_rows_);
+    rows_ = batch_.cu_seqlens.back();
+    // x is the middle columns of a wider matrix (in_proj's output), so its rows are strided.
+    packed_ = RandomFloats(rng, rows_ * (channels_ + 9), -2.0f, 2.0f);
+    weight_ = RandomFloats(rng, channels_ * width_);
+    bias_ = RandomFloats(rng, channels_);
+    state_ = RandomFloats(rng, (state_rows_ + 1) * (width_ - 1) * channels_);
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_x_, DeviceArray::FromFloats(backend, packed_));
+    COIL_ASSIGN_OR_RETURN(d_w_, DeviceArray::FromFloats(backend, weight_));
+    COIL_ASSIGN_OR_RETURN(d_b_, DeviceArray::FromFloats(backend, bias_));
+    COIL_ASSIGN_OR_RETURN(d_state_, DeviceArray::FromFloats(backend, state_));
+    COIL_ASSIGN_OR_RETURN(
+        d_out_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * channels_, 5.0f)));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    const Device dev = backend.device();
+    const Tensor packed(d_x_->data(), DType::kF32, {rows_, channels_ + 9}, dev);
+    return backend.CausalConv1d(
+        packed.Columns(4, channels_), Tensor(d_w_->data(), DType::kF32, {channels_, width_}, dev),
+        Tensor(d_b_->data(), DType::kF32, {channels_}, dev), batch_,
+        Tensor(d_state_->data(), DType::kF32, {state_rows_ + 1, width_ - 1, channels_}, dev),
+        Tensor(d_out_->data(), DType::kF32, {rows_, channels_}, dev));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    COIL_ASSIGN_OR_RETURN(auto out, d_out_->ReadFloats());
+    COIL_ASSIGN_OR_RETURN(auto state, d_state_->ReadFloats());
+    r.outputs.emplace_back("out", std::move(out));
+    SplitStateRows("conv_state", state_, state, (width_ - 1) * channels_, batch_, r);
+    return r;
+  }
+  double flops() const override { return 2.0 * rows_ * channels_ * width_ + 5.0 * rows_ * channels_; }
+  double bytes() const override {
+    return 4.0 * (2 * rows_ * channels_ + 2 * runs_.size() * (width_ - 1) * channels_);
+  }
+
+ private:
+  int64_t channels_, width_;
+  std::vector<int32_t> runs_;
+  int state_rows_;
+  RecurrentBatch batch_;
+  int64_t rows_ = 0;
+  std::vector<float> packed_, weight_, bias_, state_;
+  std::optional<DeviceArray> d_x_, d_w_, d_b_, d_state_, d_out_;
+};
+
+// ---------------------------------------------------------------- SsmScan
+struct SsmShape {
+  int64_t heads, headdim, d_state, groups, chunk;
+  bool dt_limit = false;
+};
+
+class SsmScanCase : public OpCase {
+ public:
+  SsmScanCase(SsmShape shape, std::vector<int32_t> runs, int state_rows)
+      : s_(shape), runs_(std::move(runs)), state_rows_(state_rows) {}
+  std::string Op() const override { return "SsmScan"; }
+  std::string Params() const override {
+    return absl::StrCat("f32_h", s_.heads, "_p", s_.headdim, "_ds", s_.d_state, "_g", s_.groups,
+                        "_chunk", s_.chunk, s_.dt_limit ? "_dtlimit" : "", "_runs",
+                        RunsName(runs_), "_rows", state_rows_);
+  }
+  // The chunked form differs from the recurrence by rounding only (exp of cumulative sums
+  // against products of exps): NMSE about 1e-12 on these inputs; the default bound holds.
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    batch_ = MakeBatch(rng, runs_, state_rows_);
+    rows_ = batch_.cu_seqlens.back();
+    width_ = s_.heads * s_.headdim + 2 * s_.groups * s_.d_state + s_.heads;
+    // One packed row [x | B | C | dt], as the model slices it from conv and in_proj outputs.
+    packed_ = RandomFloats(rng, rows_ * width_);
+    a_log_ = RandomFloats(rng, s_.heads, 0.0f, 2.5f);
+    d_ = RandomFloats(rng, s_.heads);
+    dt_bias_ = RandomFloats(rng, s_.heads, -4.0f, -1.0f);
+    state_ = RandomFloats(rng, (state_rows_ + 1) * s_.heads * s_.headdim * s_.d_state);
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_packed_, DeviceArray::FromFloats(backend, packed_));
+    COIL_ASSIGN_OR_RETURN(d_a_, DeviceArray::FromFloats(backend, a_log_));
+    COIL_ASSIGN_OR_RETURN(d_d_, DeviceArray::FromFloats(backend, d_));
+    COIL_ASSIGN_OR_RETURN(d_bias_, DeviceArray::FromFloats(backend, dt_bias_));
+    COIL_ASSIGN_OR_RETURN(d_state_, DeviceArray::FromFloats(backend, state_));
+    COIL_ASSIGN_OR_RETURN(d_y_, DeviceArray::FromFloats(
+                                    backend, std::vector<float>(rows_ * s_.heads * s_.headdim)));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    const Device dev = backend.device();
+    const int64_t hp = s_.heads * s_.headdim, gn = s_.groups * s_.d_state;
+    const Tensor packed(d_packed_->data(), DType::kF32, {rows_, width_}, dev);
+    SsmScanOptions options;
+    options.chunk_size = s_.chunk;
+    if (s_.dt_limit) {
+      options.dt_min = 0.02f;
+      options.dt_max = 0.1f;
+    }
+    return backend.SsmScan(
+        packed.Columns(0, hp), packed.Columns(hp + 2 * gn, s_.heads),
+        Tensor(d_a_->data(), DType::kF32, {s_.heads}, dev), packed.Columns(hp, gn),
+        packed.Columns(hp + gn, gn), Tensor(d_d_->data(), DType::kF32, {s_.heads}, dev),
+        Tensor(d_bias_->data(), DType::kF32, {s_.heads}, dev), options, batch_,
+        Tensor(d_state_->data(), DType::kF32,
+               {state_rows_ + 1, s_.heads, s_.headdim, s_.d_state}, dev),
+        Tensor(d_y_->data(), DType::kF32, {rows_, hp}, dev));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    COIL_ASSIGN_OR_RETURN(auto y, d_y_->ReadFloats());
+    COIL_ASSIGN_OR_RETURN(auto state, d_state_->ReadFloats());
+    r.outputs.emplace_back("y", std::move(y));
+    SplitStateRows("ssm_state", state_, state, s_.heads * s_.headdim * s_.d_state, batch_, r);
+    return r;
+  }
+  double flops() const override {
+    // The recurrence's count: per token and head, 3 P N (update) + 2 P N (output).
+    return 5.0 * rows_ * s_.heads * s_.headdim * s_.d_state;
+  }
+  double bytes() const override {
+    return 4.0 * (2.0 * runs_.size() * s_.heads * s_.headdim * s_.d_state +
+                  rows_ * (2 * s_.heads * s_.headdim + 2 * s_.groups * s_.d_state + s_.heads));
+  }
+
+ private:
+  SsmShape s_;
+  std::vector<int32_t> runs_;
+  int state_rows_;
+  RecurrentBatch batch_;
+  int64_t rows_ = 0, width_ = 0;
+  std::vector<float> packed_, a_log_, d_, dt_bias_, state_;
+  std::optional<DeviceArray> d_packed_, d_a_, d_d_, d_bias_, d_state_, d_y_;
+};
+
+// ---------------------------------------------------------------- GatedSumSquares
+class GatedSumSquaresCase : public OpCase {
+ public:
+  GatedSumSquaresCase(int64_t rows, int64_t width, int64_t groups)
+      : rows_(rows), width_(width), groups_(groups) {}
+  std::string Op() const override { return "GatedSumSquares"; }
+  std::string Params() const override {
+    return absl::StrCat("f32_t", rows_, "_e", width_, "_g", groups_);
+  }
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    y_ = RandomFloats(rng, rows_ * width_, -2.0f, 2.0f);
+    z_ = RandomFloats(rng, rows_ * (width_ + 3), -4.0f, 4.0f);
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_y_, DeviceArray::FromFloats(backend, y_));
+    COIL_ASSIGN_OR_RETURN(d_z_, DeviceArray::FromFloats(backend, z_));
+    COIL_ASSIGN_OR_RETURN(d_g_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * width_)));
+    COIL_ASSIGN_OR_RETURN(d_s_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * groups_)));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    const Device dev = backend.device();
+    const Tensor zp(d_z_->data(), DType::kF32, {rows_, width_ + 3}, dev);
+    return backend.GatedSumSquares(Tensor(d_y_->data(), DType::kF32, {rows_, width_}, dev),
+                                   zp.Columns(3, width_), groups_,
+                                   Tensor(d_g_->data(), DType::kF32, {rows_, width_}, dev),
+                                   Tensor(d_s_->data(), DType::kF32, {rows_, groups_}, dev));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    COIL_ASSIGN_OR_RETURN(auto g, d_g_->ReadFloats());
+    COIL_ASSIGN_OR_RETURN(auto s, d_s_->ReadFloats());
+    r.outputs.emplace_back("gated", std::move(g));
+    r.outputs.emplace_back("sumsq", std::move(s));
+    return r;
+  }
+  double flops() const override { return 8.0 * rows_ * width_; }
+  double bytes() const override { return 12.0 * rows_ * width_; }
+
+ private:
+  int64_t rows_, width_, groups_;
+  std::vector<float> y_, z_;
+  std::optional<DeviceArray> d_y_, d_z_, d_g_, d_s_;
+};
+
+// ---------------------------------------------------------------- GatedNormApply
+class GatedNormApplyCase : public OpCase {
+ public:
+  GatedNormApplyCase(int64_t rows, int64_t width, int64_t groups, int64_t group_size)
+      : rows_(rows), width_(width), groups_(groups), group_size_(group_size) {}
+  std::string Op() const override { return "GatedNormApply"; }
+  std::string Params() const override {
+    return absl::StrCat("f32_t", rows_, "_e", width_, "_g", groups_, "_gs", group_size_);
+  }
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    gated_ = RandomFloats(rng, rows_ * width_, -2.0f, 2.0f);
+    sumsq_ = RandomFloats(rng, rows_ * groups_, 1.0f, 50.0f);
+    weight_ = RandomFloats(rng, width_, 0.5f, 1.5f);
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_g_, DeviceArray::FromFloats(backend, gated_));
+    COIL_ASSIGN_OR_RETURN(d_s_, DeviceArray::FromFloats(backend, sumsq_));
+    COIL_ASSIGN_OR_RETURN(d_w_, DeviceArray::FromFloats(backend, weight_));
+    COIL_ASSIGN_OR_RETURN(d_o_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * width_)));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    const Device dev = backend.device();
+    return backend.GatedNormApply(Tensor(d_g_->data(), DType::kF32, {rows_, width_}, dev),
+                                  Tensor(d_s_->data(), DType::kF32, {rows_, groups_}, dev),
+                                  Tensor(d_w_->data(), DType::kF32, {width_}, dev), group_size_,
+                                  1e-5f, Tensor(d_o_->data(), DType::kF32, {rows_, width_}, dev));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    COIL_ASSIGN_OR_RETURN(auto o, d_o_->ReadFloats());
+    r.outputs.emplace_back("out", std::move(o));
+    return r;
+  }
+  double flops() const override { return 2.0 * rows_ * width_; }
+  double bytes() const override { return 8.0 * rows_ * width_; }
+
+ private:
+  int64_t rows_, width_, groups_, group_size_;
+  std::vector<float> gated_, sumsq_, weight_;
+  std::optional<DeviceArray> d_g_, d_s_, d_w_, d_o_;
+};
+
+// ---------------------------------------------------------------- Argmax
+class ArgmaxCase : public OpCase {
+ public:
+  ArgmaxCase(int64_t rows, int64_t vocab) : rows_(rows), vocab_(vocab) {}
+  std::string Op() const override { return "Argmax"; }
+  std::string Params() const override { return absl::StrCat("f32_t", rows_, "_v", vocab_); }
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    logits_ = RandomFloats(rng, rows_ * vocab_, -10.0f, 10.0f);
+    // Plant ties of the row maximum at a later index in every other row: the lower index
+    // must win.
+    std::uniform_int_distribution<int64_t> col(0, vocab_ - 1);
+    for (int64_t t = 0; t < rows_; t += 2) {
+      const int64_t a = col(rng), b = col(rng);
+      logits_[t * vocab_ + a] = 11.0f;
+      logits_[t * vocab_ + b] = 11.0f;
+    }
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_l_, DeviceArray::FromFloats(backend, logits_));
+    COIL_ASSIGN_OR_RETURN(d_i_, DeviceArray::FromInts(backend, std::vector<int32_t>(rows_, -1)));
+    COIL_ASSIGN_OR_RETURN(d_v_, DeviceArray::FromFloats(backend, std::vector<float>(rows_)));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    const Device dev = backend.device();
+    return backend.Argmax(Tensor(d_l_->data(), DType::kF32, {rows_, vocab_}, dev),
+                          Tensor(d_i_->data(), DType::kI32, {rows_}, dev),
+                          Tensor(d_v_->data(), DType::kF32, {rows_}, dev));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    COIL_ASSIGN_OR_RETURN(auto ids, d_i_->ReadInts());
+    COIL_ASSIGN_OR_RETURN(auto v, d_v_->ReadFloats());
+    r.outputs.emplace_back("ids", std::vector<float>(ids.begin(), ids.end()));
+    r.outputs.emplace_back("values", std::move(v));
+    return r;
+  }
+  // Indices must match exactly: NMSE 0.
+  double max_nmse() const override { return 0.0; }
+  double flops() const override { return 1.0 * rows_ * vocab_; }
+  double bytes() const override { return 4.0 * rows_ * vocab_; }
+
+ private:
+  int64_t rows_, vocab_;
+  std::vector<float> logits_;
+  std::optional<DeviceArray> d_l_, d_i_, d_v_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<OpCase>> TestOpCases() {
+  std::vector<std::unique_ptr<OpCase>> cases;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    cases.push_back(std::make_unique<EmbeddingCase>(dt, 9, 50, 40, 0));
+    cases.push_back(std::make_unique<EmbeddingCase>(dt, 9, 30, 33, 20));
+    cases.push_back(std::make_unique<MatmulCase>(dt, 1, 37, 70));
+    cases.push_back(std::make_unique<MatmulCase>(dt, 9, 64, 128));
+    cases.push_back(std::make_unique<MatmulCase>(dt, 33, 50, 96, 5));
+    cases.push_back(std::make_unique<MatmulCase>(dt, 70, 21, 40));
+  }
+  cases.push_back(std::make_unique<AddRmsNormCase>(5, 100, true));
+  cases.push_back(std::make_unique<AddRmsNormCase>(3, 64, false));
+  cases.push_back(std::make_unique<CausalConv1dCase>(40, 4, std::vector<int32_t>{1, 2, 7}, 6));
+  cases.push_back(std::make_unique<CausalConv1dCase>(300, 4, std::vector<int32_t>{1, 1, 1, 1}, 8));
+  cases.push_back(std::make_unique<CausalConv1dCase>(17, 2, std::vector<int32_t>{3, 1}, 2));
+  cases.push_back(
+      std::make_unique<SsmScanCase>(SsmShape{4, 8, 16, 2, 8}, std::vector<int32_t>{20, 1, 3, 9}, 7));
+  cases.push_back(
+      std::make_unique<SsmScanCase>(SsmShape{4, 8, 16, 2, 8}, std::vector<int32_t>{1, 1, 1}, 5));
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{6, 16, 24, 3, 5, true},
+                                                std::vector<int32_t>{13, 2}, 3));
+  cases.push_back(
+      std::make_unique<SsmScanCase>(SsmShape{3, 4, 8, 1, 16}, std::vector<int32_t>{40}, 2));
+  cases.push_back(std::make_unique<GatedSumSquaresCase>(5, 96, 2));
+  cases.push_back(std::make_unique<GatedSumSquaresCase>(3, 50, 1));
+  cases.push_back(std::make_unique<GatedNormApplyCase>(5, 96, 2, 48));
+  cases.push_back(std::make_unique<GatedNormApplyCase>(4, 40, 1, 80));
+  cases.push_back(std::make_unique<ArgmaxCase>(6, 1000));
+  cases.push_back(std::make_unique<ArgmaxCase>(3, 37));
+  return cases;
+}
+
+std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows) {
+  // mamba2-130m: d_model 768, d_inner 1536, 24 heads of 64, d_state 128, 1 group,
+  // in_proj 768 -> 3352, out_proj 1536 -> 768, conv over 1792 channels, vocab 50288.
+  std::vector<std::unique_ptr<OpCase>> cases;
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    cases.push_back(std::make_unique<MatmulCase>(dt, rows, 3352, 768));
+    cases.push_back(std::make_unique<MatmulCase>(dt, rows, 768, 1536));
+    cases.push_back(std::make_unique<MatmulCase>(dt, rows, 50288, 768));
+  }
+  cases.push_back(std::make_unique<EmbeddingCase>(DType::kBF16, rows, 50288, 768, 0));
+  cases.push_back(std::make_unique<AddRmsNormCase>(rows, 768, true));
+  cases.push_back(std::make_unique<CausalConv1dCase>(1792, 4, std::vector<int32_t>{rows}, 4));
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{24, 64, 128, 1, 256},
+                                                std::vector<int32_t>{rows}, 4));
+  cases.push_back(std::make_unique<GatedSumSquaresCase>(rows, 1536, 1));
+  cases.push_back(std::make_unique<GatedNormApplyCase>(rows, 1536, 1, 1536));
+  cases.push_back(std::make_unique<ArgmaxCase>(rows, 50288));
+  return cases;
+}
+
+}  // namespace coil::testing
