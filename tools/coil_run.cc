@@ -1,0 +1,354 @@
+// coil-run: the offline runner. Loads a model, runs a prompt through it with plans it
+// builds itself (prefill in chunks, then one decode step per token), and prints the
+// generated ids and text with prefill and decode speeds. Under `mpirun -np N` rank 0
+// drives and the other ranks execute the same plans on their shards.
+//
+//   coil-run --model DIR (--prompt TEXT | --ids 1,2,3) [--max-tokens N] [--threads T]
+//            [--temperature T --top-k K --top-p P --min-p P --seed S]
+//            [--dump-logits FILE.npy] [--score FILE]
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/tokenizer_files.h"
+#include "kernels/backend_factory.h"
+#include "workers/comm/broadcast_channel.h"
+#include "workers/comm/communicator.h"
+#include "workers/comm/mpi_session.h"
+#include "workers/comm/step_status.h"
+#include "workers/model/checkpoint.h"
+#include "workers/model/mamba2_model.h"
+#include "workers/model_runner.h"
+#include "workers/npy.h"
+#include "workers/worker_loop.h"
+
+ABSL_FLAG(std::string, model, "", "model directory (config.json and weights)");
+ABSL_FLAG(std::string, prompt, "", "prompt text");
+ABSL_FLAG(std::string, ids, "", "prompt as comma-separated token ids, instead of --prompt");
+ABSL_FLAG(int32_t, max_tokens, 16, "tokens to generate");
+ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0: the cores divided among the ranks)");
+ABSL_FLAG(std::string, weights, "auto", "matrix weight type: auto, f32 or bf16");
+ABSL_FLAG(bool, reference, false, "use the CPU reference kernels (token-by-token scan)");
+ABSL_FLAG(float, temperature, 0.0f, "sampling temperature (0: greedy)");
+ABSL_FLAG(int32_t, top_k, 0, "keep the k most likely tokens (0: all)");
+ABSL_FLAG(float, top_p, 1.0f, "nucleus sampling threshold in (0, 1]");
+ABSL_FLAG(float, min_p, 0.0f, "drop tokens below min_p times the most likely one");
+ABSL_FLAG(uint64_t, seed, 0, "random seed for sampling");
+ABSL_FLAG(bool, ignore_eos, false, "keep generating after the end-of-text token");
+ABSL_FLAG(int32_t, prefill_chunk, 512,
+          "most prompt tokens per step (rounded down to a multiple of the model's chunk size)");
+ABSL_FLAG(std::string, dump_logits, "",
+          "write the logits of every prompt position to this .npy file [n, padded_vocab] f32");
+ABSL_FLAG(std::string, score, "",
+          "report the mean negative log-likelihood and perplexity of this text (or token-id) file");
+ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json (default: the model's, else GPT-NeoX-20B)");
+
+namespace coil {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseIds(absl::string_view text) {
+  std::vector<int32_t> ids;
+  for (absl::string_view piece : absl::StrSplit(text, absl::ByAnyChar(", \n\t"), absl::SkipEmpty())) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(piece, &id)) {
+      return absl::InvalidArgumentError(absl::StrCat("'", piece, "' is not a token id; give integers like 1,2,3"));
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+// The prompt's pieces: chunk-size multiples except the last (DESIGN §4).
+std::vector<std::pair<int32_t, int32_t>> PrefillPieces(int32_t length, int32_t chunk_size,
+                                                       int32_t max_piece) {
+  const int32_t piece = std::max(chunk_size, max_piece / chunk_size * chunk_size);
+  std::vector<std::pair<int32_t, int32_t>> pieces;
+  for (int32_t begin = 0; begin < length; begin += piece) {
+    pieces.push_back({begin, std::min(piece, length - begin)});
+  }
+  return pieces;
+}
+
+StepPlan OneSequencePlan(uint64_t step_id, const std::vector<int32_t>& tokens, int32_t begin,
+                         int32_t count, bool sample, const SamplingParams& sampling,
+                         int32_t rng_step) {
+  StepPlan plan;
+  plan.step_id = step_id;
+  ScheduledSequence seq;
+  seq.request_id = 1;
+  seq.state_slot = 0;
+  seq.fresh = begin == 0;
+  seq.token_ids.assign(tokens.begin() + begin, tokens.begin() + begin + count);
+  seq.start_position = begin;
+  seq.sample = sample;
+  seq.sampling = sampling;
+  seq.rng_step = rng_step;
+  plan.num_decodes = (!seq.fresh && count == 1) ? 1 : 0;
+  plan.sequences.push_back(std::move(seq));
+  return plan;
+}
+
+// Log-sum-exp over the real vocabulary of one logits row.
+double LogSumExp(const float* row, int64_t vocab) {
+  double top = row[0];
+  for (int64_t i = 1; i < vocab; ++i) top = std::max(top, double{row[i]});
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(row[i] - top);
+  return top + std::log(sum);
+}
+
+struct Session {
+  std::unique_ptr<comm::MpiSession> mpi;
+  std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<comm::BroadcastChannel> channel;
+};
+
+absl::StatusOr<Session> StartSession(int* argc, char*** argv) {
+  Session session;
+  comm::CommunicatorOptions options;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {  // launched by mpirun
+    COIL_ASSIGN_OR_RETURN(session.mpi, comm::MpiSession::Init(argc, argv));
+    options.kind = comm::CommunicatorKind::kMpi;
+  }
+  COIL_ASSIGN_OR_RETURN(session.comm, comm::CreateCommunicator(options));
+  if (session.comm->size() > 1) {
+    COIL_ASSIGN_OR_RETURN(session.channel, comm::BroadcastChannel::Create(0, comm::BackoffOptions{}));
+  }
+  return session;
+}
+
+// Rank 0's work: generate, dump logits, score.
+absl::Status Drive(StepDriver& driver, const model::ModelConfig& config,
+                   const tokenizer::Tokenizer* tok, const std::vector<int32_t>& prompt) {
+  const int32_t chunk = static_cast<int32_t>(config.chunk_size);
+  const int32_t max_piece = absl::GetFlag(FLAGS_prefill_chunk);
+  uint64_t step_id = 0;
+
+  if (!absl::GetFlag(FLAGS_score).empty()) {
+    std::ifstream in(absl::GetFlag(FLAGS_score), std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read --score file ", absl::GetFlag(FLAGS_score)));
+    std::stringstream text;
+    text << in.rdbuf();
+    std::vector<int32_t> ids;
+    auto as_ids = ParseIds(text.str());
+    if (as_ids.ok() && !as_ids->empty()) {
+      ids = *as_ids;
+    } else {
+      if (tok == nullptr) return absl::FailedPreconditionError("scoring text needs a tokenizer");
+      COIL_ASSIGN_OR_RETURN(ids, tok->Encode(text.str()));
+    }
+    if (ids.size() < 2) return absl::InvalidArgumentError("the --score file needs at least 2 tokens");
+    const auto start = Clock::now();
+    double nll = 0.0;
+    const int64_t padded = config.padded_vocab_size();
+    for (auto [begin, count] : PrefillPieces(static_cast<int32_t>(ids.size()), chunk, max_piece)) {
+      COIL_ASSIGN_OR_RETURN(std::vector<float> logits,
+                            driver.RunAllLogits(OneSequencePlan(++step_id, ids, begin, count, false, {}, 0)));
+      for (int32_t i = 0; i < count; ++i) {
+        const int32_t position = begin + i;
+        if (position + 1 >= static_cast<int32_t>(ids.size())) break;
+        const float* row = &logits[static_cast<size_t>(i) * padded];
+        nll += LogSumExp(row, config.vocab_size) - row[ids[position + 1]];
+      }
+    }
+    const double mean = nll / static_cast<double>(ids.size() - 1);
+    std::printf("score: %zu tokens, mean NLL %.4f nats, perplexity %.3f (%.0f tokens/s)\n",
+                ids.size(), mean, std::exp(mean), static_cast<double>(ids.size()) / Seconds(start));
+    if (prompt.empty()) return absl::OkStatus();
+  }
+
+  SamplingParams sampling;
+  sampling.temperature = absl::GetFlag(FLAGS_temperature);
+  sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  sampling.top_p = absl::GetFlag(FLAGS_top_p);
+  sampling.min_p = absl::GetFlag(FLAGS_min_p);
+  sampling.seed = absl::GetFlag(FLAGS_seed);
+  COIL_RETURN_IF_ERROR(ValidateSamplingParams(sampling));
+  std::optional<int32_t> eos;
+  if (tok != nullptr && !absl::GetFlag(FLAGS_ignore_eos)) eos = tok->AddedTokenId("<|endoftext|>");
+
+  std::vector<int32_t> tokens = prompt;
+  std::vector<int32_t> generated;
+  const int32_t max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  double prefill_seconds = 0.0, decode_seconds = 0.0;
+  if (max_tokens > 0) {
+    auto start = Clock::now();
+    const auto pieces = PrefillPieces(static_cast<int32_t>(prompt.size()), chunk, max_piece);
+    for (size_t p = 0; p < pieces.size(); ++p) {
+      const bool last = p + 1 == pieces.size();
+      const StepResult result = driver.Run(
+          OneSequencePlan(++step_id, tokens, pieces[p].first, pieces[p].second, last, sampling, 0));
+      if (!result.ok) return absl::InternalError(result.error);
+      if (last) generated.push_back(result.tokens.at(0).token_id);
+    }
+    prefill_seconds = Seconds(start);
+    start = Clock::now();
+    while (static_cast<int32_t>(generated.size()) < max_tokens &&
+           !(eos.has_value() && generated.back() == *eos)) {
+      tokens.push_back(generated.back());
+      const StepResult result =
+          driver.Run(OneSequencePlan(++step_id, tokens, static_cast<int32_t>(tokens.size()) - 1, 1,
+                                     true, sampling, static_cast<int32_t>(generated.size())));
+      if (!result.ok) return absl::InternalError(result.error);
+      generated.push_back(result.tokens.at(0).token_id);
+    }
+    decode_seconds = Seconds(start);
+    std::printf("ids: %s\n", absl::StrJoin(generated, ",").c_str());
+    if (tok != nullptr) {
+      COIL_ASSIGN_OR_RETURN(std::string text, tok->Decode(generated));
+      std::printf("text: %s\n", text.c_str());
+    }
+    std::printf("prefill: %zu tokens in %.1f ms (%.1f tokens/s)\n", prompt.size(),
+                prefill_seconds * 1e3, static_cast<double>(prompt.size()) / prefill_seconds);
+    if (generated.size() > 1) {
+      std::printf("decode: %zu tokens in %.1f ms (%.1f tokens/s)\n", generated.size() - 1,
+                  decode_seconds * 1e3, static_cast<double>(generated.size() - 1) / decode_seconds);
+    }
+  }
+
+  if (!absl::GetFlag(FLAGS_dump_logits).empty()) {
+    const int64_t padded = config.padded_vocab_size();
+    std::vector<float> all;
+    for (auto [begin, count] : PrefillPieces(static_cast<int32_t>(prompt.size()), chunk, max_piece)) {
+      COIL_ASSIGN_OR_RETURN(std::vector<float> logits,
+                            driver.RunAllLogits(OneSequencePlan(++step_id, prompt, begin, count, false, {}, 0)));
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    COIL_RETURN_IF_ERROR(WriteNpyF32(absl::GetFlag(FLAGS_dump_logits), all,
+                                     {static_cast<int64_t>(prompt.size()), padded}));
+    std::printf("logits: [%zu, %lld] written to %s\n", prompt.size(),
+                static_cast<long long>(padded), absl::GetFlag(FLAGS_dump_logits).c_str());
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "coil-run --model DIR (--prompt TEXT | --ids 1,2,3) [--max-tokens N] [--threads T] "
+      "[--dump-logits FILE.npy] [--score FILE]");
+  absl::ParseCommandLine(argc, argv);
+  auto session = StartSession(&argc, &argv);
+  if (!session.ok()) {
+    std::fprintf(stderr, "coil-run: %s\n", session.status().ToString().c_str());
+    return 1;
+  }
+  comm::Communicator& comm = *session->comm;
+  const int rank = comm.rank();
+  if (comm.size() > 1) SetLogPrefix(absl::StrCat("rank ", rank));
+
+  // Everything a rank needs before the first step; any rank's failure is every rank's.
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<model::Checkpoint> checkpoint;
+  std::unique_ptr<model::Mamba2Model> model;
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::vector<int32_t> prompt;
+  absl::Status status = [&]() -> absl::Status {
+    const std::string model_dir = absl::GetFlag(FLAGS_model);
+    if (model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
+    if (absl::GetFlag(FLAGS_prompt).empty() == absl::GetFlag(FLAGS_ids).empty() &&
+        absl::GetFlag(FLAGS_score).empty()) {
+      return absl::InvalidArgumentError("give exactly one of --prompt TEXT and --ids 1,2,3");
+    }
+    int threads = absl::GetFlag(FLAGS_threads);
+    if (threads <= 0) {
+      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm.size());
+    }
+    BackendOptions backend_options;
+    backend_options.threads = threads;
+    backend_options.use_reference = absl::GetFlag(FLAGS_reference);
+    COIL_ASSIGN_OR_RETURN(backend, CreateBackend(BackendKind::kCpu, backend_options));
+    COIL_ASSIGN_OR_RETURN(checkpoint, model::OpenCheckpoint(model_dir));
+    model::LoadOptions load;
+    COIL_ASSIGN_OR_RETURN(load.weight_type, model::ParseWeightType(absl::GetFlag(FLAGS_weights)));
+    COIL_ASSIGN_OR_RETURN(model, model::Mamba2Model::Load(*checkpoint, *backend, comm, load));
+    COIL_ASSIGN_OR_RETURN(runner, ModelRunner::Create(*model, *backend, comm, /*state_rows=*/1));
+    if (rank != 0) return absl::OkStatus();
+    auto loaded = tokenizer::LoadTokenizerForModel(model_dir, absl::GetFlag(FLAGS_tokenizer));
+    if (loaded.ok()) {
+      tok = std::move(loaded).value();
+    } else if (absl::GetFlag(FLAGS_ids).empty() || !absl::GetFlag(FLAGS_tokenizer).empty()) {
+      return loaded.status();
+    }
+    if (!absl::GetFlag(FLAGS_ids).empty()) {
+      COIL_ASSIGN_OR_RETURN(prompt, ParseIds(absl::GetFlag(FLAGS_ids)));
+    } else if (!absl::GetFlag(FLAGS_prompt).empty()) {
+      COIL_ASSIGN_OR_RETURN(prompt, tok->Encode(absl::GetFlag(FLAGS_prompt)));
+    }
+    for (int32_t id : prompt) {
+      if (id < 0 || id >= model->config().vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                                                       model->config().vocab_size, ")"));
+      }
+    }
+    if (prompt.empty() && absl::GetFlag(FLAGS_score).empty()) {
+      return absl::InvalidArgumentError("the prompt is empty; give some text or ids");
+    }
+    return absl::OkStatus();
+  }();
+  auto failures = comm::AllReduceStepStatus(comm, status);
+  const absl::Status combined = failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
+  if (!combined.ok()) {
+    if (rank == 0) std::fprintf(stderr, "coil-run: %s\n", combined.ToString().c_str());
+    return 1;
+  }
+  if (rank == 0) {
+    COIL_LOG(INFO) << "loaded " << absl::GetFlag(FLAGS_model) << ": " << model->config().n_layer
+                   << " layers, d_model " << model->config().d_model << ", "
+                   << DTypeName(model->weight_dtype()) << " weights, "
+                   << model->weight_bytes() / (1 << 20) << " MiB on rank 0, TP " << comm.size();
+  }
+
+  if (rank != 0) {
+    const absl::Status done = RunWorkerLoop(*runner, comm, *session->channel);
+    if (!done.ok()) {
+      std::fprintf(stderr, "coil-run rank %d: %s\n", rank, done.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  StepDriver driver(*runner, comm, session->channel.get());
+  const absl::Status run = Drive(driver, model->config(), tok.get(), prompt);
+  const absl::Status shutdown = driver.Shutdown();
+  if (!run.ok()) {
+    std::fprintf(stderr, "coil-run: %s\n", run.ToString().c_str());
+    return 1;
+  }
+  if (!shutdown.ok()) {
+    std::fprintf(stderr, "coil-run: shutting down the workers: %s\n", shutdown.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace coil
+
+int main(int argc, char** argv) { return coil::Main(argc, argv); }

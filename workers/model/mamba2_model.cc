@@ -1,0 +1,359 @@
+#include "workers/model/mamba2_model.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace coil::model {
+namespace {
+
+// The checkpoint readers' element type for a kernel dtype.
+model::DType ToStoredType(coil::DType dtype) {
+  switch (dtype) {
+    case coil::DType::kBF16: return model::DType::kBF16;
+    case coil::DType::kF16: return model::DType::kF16;
+    default: return model::DType::kF32;
+  }
+}
+
+std::string LayerName(int64_t layer, const char* suffix) {
+  return absl::StrCat("layers.", layer, ".", suffix);
+}
+
+}  // namespace
+
+absl::StatusOr<WeightType> ParseWeightType(absl::string_view text) {
+  if (text == "auto") return WeightType::kAuto;
+  if (text == "f32") return WeightType::kF32;
+  if (text == "bf16") return WeightType::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("weight type '", text, "' is not one of auto, f32, bf16"));
+}
+
+absl::StatusOr<std::unique_ptr<Mamba2Model>> Mamba2Model::Load(const Checkpoint& checkpoint,
+                                                               Backend& backend,
+                                                               comm::Communicator& comm,
+                                                               const LoadOptions& options) {
+  const ModelConfig& config = checkpoint.config();
+  COIL_ASSIGN_OR_RETURN(ShardLayout layout, MakeShardLayout(config, comm.size(), comm.rank()));
+  if (!layout.groups_whole() && layout.groups() > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "tensor-parallel size ", comm.size(), " gives rank ", comm.rank(), " heads [",
+        layout.head_begin, ", ", layout.head_end, ") that cover parts of ", layout.groups(),
+        " groups (", config.nheads(), " heads in ", config.ngroups,
+        " groups); use a size that divides ngroups, or one whose head ranges fit in one group"));
+  }
+  if (config.bias) {
+    return absl::UnimplementedError(
+        "in_proj/out_proj biases (bias / use_bias: true) are not supported; Mamba2 "
+        "checkpoints normally have none");
+  }
+  if (!config.rms_norm) {
+    return absl::UnimplementedError("rms_norm: false (LayerNorm blocks) is not supported");
+  }
+  auto model = std::unique_ptr<Mamba2Model>(new Mamba2Model(config, layout, backend, comm));
+  model->mixer_norm_eps_ = config.format == ConfigFormat::kHuggingFace
+                               ? static_cast<float>(config.norm_epsilon)
+                               : 1e-5f;  // mamba_ssm's RMSNormGated default
+  COIL_RETURN_IF_ERROR(model->LoadWeights(checkpoint, options));
+  return model;
+}
+
+absl::StatusOr<Tensor> Mamba2Model::Upload(std::vector<uint8_t> host, DType dtype,
+                                           std::initializer_list<int64_t> shape) {
+  COIL_ASSIGN_OR_RETURN(Buffer buffer, backend_.Allocate(host.size()));
+  COIL_RETURN_IF_ERROR(backend_.CopyFromHost(buffer.data(), host.data(), host.size()));
+  Tensor tensor(buffer.data(), dtype, shape, backend_.device());
+  weight_bytes_ += host.size();
+  weight_buffers_.push_back(std::move(buffer));
+  return tensor;
+}
+
+absl::Status Mamba2Model::LoadWeights(const Checkpoint& checkpoint, const LoadOptions& options) {
+  const ModelConfig& c = config_;
+  const ShardLayout& s = layout_;
+  const int64_t d = c.d_model, e_all = c.d_inner(), n = c.d_state, g_all = c.ngroups;
+
+  COIL_ASSIGN_OR_RETURN(TensorInfo in_proj_info,
+                        checkpoint.Info(LayerName(0, "mixer.in_proj.weight")));
+  switch (options.weight_type) {
+    case WeightType::kF32: weight_dtype_ = DType::kF32; break;
+    case WeightType::kBF16: weight_dtype_ = DType::kBF16; break;
+    case WeightType::kAuto:
+      weight_dtype_ = in_proj_info.dtype == model::DType::kF32 ? DType::kF32 : DType::kBF16;
+      break;
+  }
+  const size_t wsize = DTypeSize(weight_dtype_);
+
+  auto read_rows = [&](const std::string& name, absl::Span<const RowSegment> segments,
+                       int64_t cols, DType dtype) -> absl::StatusOr<std::vector<uint8_t>> {
+    int64_t rows = 0;
+    for (const RowSegment& segment : segments) rows += segment.count;
+    std::vector<uint8_t> host(static_cast<size_t>(rows * cols) * DTypeSize(dtype));
+    COIL_RETURN_IF_ERROR(
+        checkpoint.ReadSegments(name, segments, ToStoredType(dtype), absl::MakeSpan(host)));
+    return host;
+  };
+  auto vector_f32 = [&](const std::string& name, absl::Span<const RowSegment> segments,
+                        int64_t count) -> absl::StatusOr<Tensor> {
+    COIL_ASSIGN_OR_RETURN(std::vector<uint8_t> host, read_rows(name, segments, 1, DType::kF32));
+    return Upload(std::move(host), DType::kF32, {count});
+  };
+
+  // The vocab-parallel embedding (and lm_head): this rank's rows of the padded vocab.
+  const RowSegment vocab_rows{s.vocab.begin, s.vocab.size()};
+  {
+    COIL_ASSIGN_OR_RETURN(std::vector<uint8_t> host,
+                          read_rows("embedding.weight", {&vocab_rows, 1}, d, weight_dtype_));
+    COIL_ASSIGN_OR_RETURN(embedding_, Upload(std::move(host), weight_dtype_, {s.vocab.size(), d}));
+  }
+  if (c.tie_embeddings) {
+    lm_head_ = embedding_;
+  } else {
+    COIL_ASSIGN_OR_RETURN(std::vector<uint8_t> host,
+                          read_rows("lm_head.weight", {&vocab_rows, 1}, d, weight_dtype_));
+    COIL_ASSIGN_OR_RETURN(lm_head_, Upload(std::move(host), weight_dtype_, {s.vocab.size(), d}));
+  }
+  const RowSegment all_d{0, d};
+  COIL_ASSIGN_OR_RETURN(norm_f_, vector_f32("norm_f.weight", {&all_d, 1}, d));
+
+  // in_proj rows and conv channels of this rank: z, x and dt by heads; B and C by groups.
+  const int64_t p = c.headdim;
+  const RowSegment z_rows{s.head_begin * p, s.d_inner()};
+  const RowSegment x_rows{e_all + s.head_begin * p, s.d_inner()};
+  const RowSegment b_rows{2 * e_all + s.group_begin * n, s.bc_width()};
+  const RowSegment c_rows{2 * e_all + g_all * n + s.group_begin * n, s.bc_width()};
+  const RowSegment dt_rows{2 * e_all + 2 * g_all * n + s.head_begin, s.heads()};
+  const RowSegment in_proj_segments[] = {z_rows, x_rows, b_rows, c_rows, dt_rows};
+  // conv1d convolves [x | B | C] of d_inner + 2 * ngroups * d_state channels.
+  const RowSegment conv_segments[] = {{s.head_begin * p, s.d_inner()},
+                                      {e_all + s.group_begin * n, s.bc_width()},
+                                      {e_all + g_all * n + s.group_begin * n, s.bc_width()}};
+  const RowSegment head_rows{s.head_begin, s.heads()};
+  const RowSegment inner_rows{s.head_begin * p, s.d_inner()};
+
+  layers_.resize(static_cast<size_t>(c.n_layer));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    Layer& layer = layers_[static_cast<size_t>(l)];
+    COIL_ASSIGN_OR_RETURN(layer.norm, vector_f32(LayerName(l, "norm.weight"), {&all_d, 1}, d));
+    {
+      COIL_ASSIGN_OR_RETURN(std::vector<uint8_t> host,
+                            read_rows(LayerName(l, "mixer.in_proj.weight"), in_proj_segments, d,
+                                      weight_dtype_));
+      COIL_ASSIGN_OR_RETURN(layer.in_proj,
+                            Upload(std::move(host), weight_dtype_, {s.in_proj_rows(), d}));
+    }
+    {
+      COIL_ASSIGN_OR_RETURN(std::vector<uint8_t> host,
+                            read_rows(LayerName(l, "mixer.conv1d.weight"), conv_segments,
+                                      c.d_conv, DType::kF32));
+      COIL_ASSIGN_OR_RETURN(layer.conv_weight,
+                            Upload(std::move(host), DType::kF32, {s.conv_channels(), c.d_conv}));
+    }
+    if (c.conv_bias) {
+      COIL_ASSIGN_OR_RETURN(layer.conv_bias, vector_f32(LayerName(l, "mixer.conv1d.bias"),
+                                                        conv_segments, s.conv_channels()));
+    } else {
+      COIL_ASSIGN_OR_RETURN(
+          layer.conv_bias,
+          Upload(std::vector<uint8_t>(static_cast<size_t>(s.conv_channels()) * 4, 0),
+                 DType::kF32, {s.conv_channels()}));
+    }
+    COIL_ASSIGN_OR_RETURN(layer.dt_bias,
+                          vector_f32(LayerName(l, "mixer.dt_bias"), {&head_rows, 1}, s.heads()));
+    COIL_ASSIGN_OR_RETURN(layer.a_log,
+                          vector_f32(LayerName(l, "mixer.A_log"), {&head_rows, 1}, s.heads()));
+    COIL_ASSIGN_OR_RETURN(layer.d, vector_f32(LayerName(l, "mixer.D"), {&head_rows, 1}, s.heads()));
+    COIL_ASSIGN_OR_RETURN(layer.mixer_norm, vector_f32(LayerName(l, "mixer.norm.weight"),
+                                                       {&inner_rows, 1}, s.d_inner()));
+    {
+      std::vector<uint8_t> host(static_cast<size_t>(d * s.d_inner()) * wsize);
+      COIL_RETURN_IF_ERROR(checkpoint.ReadColumns(LayerName(l, "mixer.out_proj.weight"),
+                                                  s.head_begin * p, s.d_inner(),
+                                                  ToStoredType(weight_dtype_),
+                                                  absl::MakeSpan(host)));
+      COIL_ASSIGN_OR_RETURN(layer.out_proj,
+                            Upload(std::move(host), weight_dtype_, {d, s.d_inner()}));
+    }
+    if (options.progress) options.progress(l + 1, c.n_layer);
+  }
+  return absl::OkStatus();
+}
+
+StatePoolShape Mamba2Model::StateShape(int64_t state_rows) const {
+  StatePoolShape shape;
+  shape.layers = config_.n_layer;
+  shape.state_rows = state_rows;
+  shape.d_conv = config_.d_conv;
+  shape.conv_channels = layout_.conv_channels();
+  shape.heads = layout_.heads();
+  shape.headdim = config_.headdim;
+  shape.d_state = config_.d_state;
+  return shape;
+}
+
+absl::Status Mamba2Model::EnsureScratch(int64_t rows, int64_t sampled_rows) {
+  if (rows > scratch_rows_) {
+    const int64_t d = config_.d_model;
+    auto alloc = [&](Buffer& buffer, int64_t floats) -> absl::Status {
+      COIL_ASSIGN_OR_RETURN(buffer, backend_.Allocate(static_cast<size_t>(floats) * 4));
+      return absl::OkStatus();
+    };
+    COIL_RETURN_IF_ERROR(alloc(ids_, rows));
+    COIL_RETURN_IF_ERROR(alloc(residual_, rows * d));
+    COIL_RETURN_IF_ERROR(alloc(normed_, rows * d));
+    COIL_RETURN_IF_ERROR(alloc(mixer_out_, rows * d));
+    COIL_RETURN_IF_ERROR(alloc(zxbcdt_, rows * layout_.in_proj_rows()));
+    COIL_RETURN_IF_ERROR(alloc(xbc_, rows * layout_.conv_channels()));
+    COIL_RETURN_IF_ERROR(alloc(y_, rows * layout_.d_inner()));
+    COIL_RETURN_IF_ERROR(alloc(sumsq_, rows * layout_.groups()));
+    COIL_RETURN_IF_ERROR(alloc(group_sums_, rows * config_.ngroups));
+    scratch_rows_ = rows;
+  }
+  if (sampled_rows > scratch_sampled_) {
+    COIL_ASSIGN_OR_RETURN(sampled_, backend_.Allocate(static_cast<size_t>(sampled_rows) * 4 *
+                                                      (config_.d_model + 1)));
+    COIL_ASSIGN_OR_RETURN(logits_, backend_.Allocate(static_cast<size_t>(sampled_rows) * 4 *
+                                                     layout_.vocab.size()));
+    scratch_sampled_ = sampled_rows;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mamba2Model::AllReduce(const Tensor& t) {
+  if (comm_.size() == 1) return absl::OkStatus();
+  return comm_.AllReduceSum(t.data<float>(), static_cast<size_t>(t.numel()));
+}
+
+// rmsnorm(y * silu(z)) * w per group. When this rank holds part of a group, the group's
+// sum of squares is the sum over the ranks that share it: each rank places its partial
+// sums at the group's global index and one all-reduce over [rows, ngroups] adds them.
+absl::Status Mamba2Model::GroupNorm(const Layer& layer, const Tensor& y, const Tensor& z,
+                                    int64_t rows, absl::Status& status,
+                                    const std::string& where) {
+  const int64_t local_groups = layout_.groups();
+  Tensor sumsq(sumsq_.data(), DType::kF32, {rows, local_groups}, backend_.device());
+  if (status.ok()) status = Annotate(backend_.GatedSumSquares(y, z, local_groups, y, sumsq), where);
+  // Whether groups are whole is the same on every rank (heads per rank % heads per group).
+  if (!layout_.groups_whole()) {
+    const int64_t g_all = config_.ngroups;
+    std::vector<float> local(static_cast<size_t>(rows * local_groups));
+    if (status.ok()) {
+      status = Annotate(backend_.CopyToHost(local.data(), sumsq.raw(), local.size() * 4), where);
+    }
+    std::vector<float> global(static_cast<size_t>(rows * g_all), 0.0f);
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t g = 0; g < local_groups; ++g) {
+        global[t * g_all + layout_.group_begin + g] = local[t * local_groups + g];
+      }
+    }
+    COIL_RETURN_IF_ERROR(comm_.AllReduceSum(global.data(), global.size()));
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t g = 0; g < local_groups; ++g) {
+        local[t * local_groups + g] = global[t * g_all + layout_.group_begin + g];
+      }
+    }
+    if (status.ok()) {
+      status = Annotate(backend_.CopyFromHost(sumsq.raw(), local.data(), local.size() * 4), where);
+    }
+  }
+  const int64_t group_size = layout_.heads_per_group * config_.headdim;
+  if (status.ok()) {
+    status = Annotate(
+        backend_.GatedNormApply(y, sumsq, layer.mixer_norm, group_size, mixer_norm_eps_, y), where);
+  }
+  return absl::OkStatus();  // only a failed collective is returned; local errors go in status
+}
+
+absl::Status Mamba2Model::Forward(const StepMetadata& meta, StatePool& pool, bool all_rows,
+                                  std::vector<float>& logits) {
+  const int64_t rows = meta.num_tokens();
+  const int64_t sampled = all_rows ? rows : meta.num_samples();
+  if (rows == 0) {
+    logits.clear();
+    return absl::OkStatus();
+  }
+  // Every rank must make the same collective calls whatever happens locally, or the
+  // others would wait forever: after a local error the remaining ops are skipped but the
+  // collectives still run, and the error is returned at the end (the runner then reports
+  // it in the step-status exchange). A failed collective returns at once: the job is
+  // broken and MPI ends it.
+  absl::Status status = EnsureScratch(rows, sampled);
+  if (!status.ok()) return status;
+  auto run = [&status](absl::Status op_status, const std::string& where) {
+    if (status.ok() && !op_status.ok()) status = Annotate(op_status, where);
+  };
+  const Device device = backend_.device();
+  const int64_t d = config_.d_model;
+  const int64_t e = layout_.d_inner(), cc = layout_.conv_channels(), h = layout_.heads();
+  const int64_t bc = layout_.bc_width();
+  const float eps = static_cast<float>(config_.norm_epsilon);
+
+  const Tensor ids(ids_.data(), DType::kI32, {rows}, device);
+  const Tensor residual(residual_.data(), DType::kF32, {rows, d}, device);
+  const Tensor normed(normed_.data(), DType::kF32, {rows, d}, device);
+  const Tensor mixer_out(mixer_out_.data(), DType::kF32, {rows, d}, device);
+  const Tensor zxbcdt(zxbcdt_.data(), DType::kF32, {rows, layout_.in_proj_rows()}, device);
+  const Tensor xbc(xbc_.data(), DType::kF32, {rows, cc}, device);
+  const Tensor y(y_.data(), DType::kF32, {rows, e}, device);
+  const Tensor z = zxbcdt.Columns(0, e);
+  const Tensor xbc_in = zxbcdt.Columns(e, cc);
+  const Tensor dt = zxbcdt.Columns(e + cc, h);
+  const Tensor x = xbc.Columns(0, e);
+  const Tensor b = xbc.Columns(e, bc);
+  const Tensor c = xbc.Columns(e + bc, bc);
+
+  SsmScanOptions scan;
+  scan.chunk_size = config_.chunk_size;
+  scan.dt_min = static_cast<float>(config_.time_step_min);
+  scan.dt_max = static_cast<float>(config_.time_step_max);
+
+  run(backend_.CopyFromHost(ids_.data(), meta.token_ids.data(), static_cast<size_t>(rows) * 4),
+      "token ids");
+  if (status.ok()) run(backend_.Embedding(ids, embedding_, layout_.vocab.begin, residual), "embedding");
+  COIL_RETURN_IF_ERROR(AllReduce(residual));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    const std::string where = absl::StrCat("layer ", l);
+    if (status.ok()) {
+      run(backend_.AddRmsNorm(l == 0 ? Tensor() : mixer_out, layer.norm, eps, residual, normed),
+          where);
+    }
+    if (status.ok()) run(backend_.Matmul(normed, layer.in_proj, zxbcdt), where);
+    if (status.ok()) {
+      run(backend_.CausalConv1d(xbc_in, layer.conv_weight, layer.conv_bias, meta.batch,
+                                pool.ConvState(static_cast<int64_t>(l)), xbc),
+          where);
+    }
+    if (status.ok()) {
+      run(backend_.SsmScan(x, dt, layer.a_log, b, c, layer.d, layer.dt_bias, scan, meta.batch,
+                           pool.SsmState(static_cast<int64_t>(l)), y),
+          where);
+    }
+    COIL_RETURN_IF_ERROR(GroupNorm(layer, y, z, rows, status, where));
+    if (status.ok()) run(backend_.Matmul(y, layer.out_proj, mixer_out), where);
+    COIL_RETURN_IF_ERROR(AllReduce(mixer_out));
+  }
+  if (!status.ok()) return status;
+  COIL_RETURN_IF_ERROR(backend_.AddRmsNorm(mixer_out, norm_f_, eps, residual, normed));
+
+  // lm_head on the rows that are sampled, gathered by the embedding lookup over `normed`.
+  Tensor head_in = normed;
+  if (!all_rows) {
+    int32_t* sample_ids = reinterpret_cast<int32_t*>(static_cast<float*>(sampled_.data()) +
+                                                     sampled * d);
+    COIL_RETURN_IF_ERROR(backend_.CopyFromHost(sample_ids, meta.sample_rows.data(),
+                                               static_cast<size_t>(sampled) * 4));
+    head_in = Tensor(sampled_.data(), DType::kF32, {sampled, d}, device);
+    COIL_RETURN_IF_ERROR(backend_.Embedding(Tensor(sample_ids, DType::kI32, {sampled}, device),
+                                            normed, 0, head_in));
+  }
+  const Tensor out(logits_.data(), DType::kF32, {sampled, layout_.vocab.size()}, device);
+  COIL_RETURN_IF_ERROR(backend_.Matmul(head_in, lm_head_, out));
+  logits.resize(static_cast<size_t>(out.numel()));
+  return backend_.CopyToHost(logits.data(), out.raw(), logits.size() * 4);
+}
+
+}  // namespace coil::model

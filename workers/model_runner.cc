@@ -1,0 +1,98 @@
+#include "workers/model_runner.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "workers/comm/step_status.h"
+#include "workers/step_metadata.h"
+
+namespace coil {
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(model::Mamba2Model& model,
+                                                                 Backend& backend,
+                                                                 comm::Communicator& comm,
+                                                                 int64_t state_rows) {
+  if (state_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state rows is ", state_rows, "; give at least 1 (--state-rows)"));
+  }
+  COIL_ASSIGN_OR_RETURN(StatePool pool, StatePool::Create(backend, model.StateShape(state_rows)));
+  return std::unique_ptr<ModelRunner>(new ModelRunner(model, comm, std::move(pool)));
+}
+
+StepResult ModelRunner::Execute(const StepPlan& plan) {
+  StepResult result;
+  result.step_id = plan.step_id;
+  absl::Status local = absl::OkStatus();
+  auto meta = BuildStepMetadata(plan, model_.config().padded_vocab_size(), pool_.state_rows());
+  if (!meta.ok()) {
+    local = meta.status();
+  } else {
+    // The forward pass keeps making its collective calls after a local error (it returns
+    // the error at the end), so the ranks stay in step; only a broken collective returns
+    // early, and then the job cannot go on anyway.
+    local = model_.Forward(*meta, pool_, /*all_rows=*/false, logits_);
+  }
+  auto failures = comm::AllReduceStepStatus(comm_, local);
+  absl::Status combined = failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
+  if (combined.ok() && meta.ok() && meta->num_samples() > 0) {
+    std::vector<const ScheduledSequence*> rows;
+    rows.reserve(meta->sample_sequences.size());
+    for (int32_t s : meta->sample_sequences) rows.push_back(&plan.sequences[s]);
+    auto tokens = sampler_.Sample(rows, logits_.data());
+    if (tokens.ok()) {
+      result.tokens = std::move(tokens).value();
+    } else {
+      combined = tokens.status();
+    }
+  }
+  if (!combined.ok()) {
+    result.ok = false;
+    result.failed_rank = failures.ok() && !failures->empty() ? failures->front().rank : -1;
+    result.error = std::string(combined.message());
+    result.tokens.clear();
+  }
+  return result;
+}
+
+absl::StatusOr<std::vector<float>> ModelRunner::ExecuteAllLogits(const StepPlan& plan) {
+  absl::Status local = absl::OkStatus();
+  std::vector<float> shard;
+  auto meta = BuildStepMetadata(plan, model_.config().padded_vocab_size(), pool_.state_rows());
+  if (!meta.ok()) {
+    local = meta.status();
+  } else {
+    local = model_.Forward(*meta, pool_, /*all_rows=*/true, shard);
+  }
+  COIL_ASSIGN_OR_RETURN(auto failures, comm::AllReduceStepStatus(comm_, local));
+  COIL_RETURN_IF_ERROR(comm::CombineRankFailures(failures));
+
+  // Ranks hold near-equal vocab ranges: pad each to the largest, gather, and lay the
+  // columns out in vocab order.
+  const int64_t rows = meta->num_tokens();
+  const int64_t padded_vocab = model_.config().padded_vocab_size();
+  const int tp = comm_.size();
+  int64_t widest = 0;
+  for (int r = 0; r < tp; ++r) widest = std::max<int64_t>(widest, PartitionVocab(static_cast<int32_t>(padded_vocab), tp, r).size());
+  const int64_t local_width = model_.layout().vocab.size();
+  std::vector<float> padded(static_cast<size_t>(rows * widest), 0.0f);
+  for (int64_t t = 0; t < rows; ++t) {
+    std::memcpy(&padded[t * widest], &shard[t * local_width], static_cast<size_t>(local_width) * 4);
+  }
+  std::vector<float> gathered(padded.size() * static_cast<size_t>(tp));
+  COIL_RETURN_IF_ERROR(comm_.AllGather(padded.data(), padded.size(), gathered.data()));
+  std::vector<float> logits(static_cast<size_t>(rows * padded_vocab));
+  for (int r = 0; r < tp; ++r) {
+    const VocabRange range = PartitionVocab(static_cast<int32_t>(padded_vocab), tp, r);
+    for (int64_t t = 0; t < rows; ++t) {
+      std::memcpy(&logits[t * padded_vocab + range.begin],
+                  &gathered[(static_cast<size_t>(r) * rows + t) * widest],
+                  static_cast<size_t>(range.size()) * 4);
+    }
+  }
+  return logits;
+}
+
+}  // namespace coil

@@ -1,0 +1,87 @@
+#include "workers/worker_loop.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "workers/comm/step_status.h"
+#include "workers/plan_codec.h"
+
+namespace coil {
+namespace {
+
+// The first byte of a broadcast message says what follows.
+constexpr char kSamplePlan = 'S';
+constexpr char kLogitsPlan = 'L';
+
+}  // namespace
+
+StepResult ExecuteDecodedPlan(ModelRunner& runner, comm::Communicator& comm,
+                              const absl::StatusOr<StepPlan>& plan) {
+  if (plan.ok()) return runner.Execute(*plan);
+  // Take part in the status exchange so the other ranks learn of the failure.
+  StepResult result;
+  result.ok = false;
+  auto failures = comm::AllReduceStepStatus(comm, plan.status());
+  const absl::Status combined =
+      failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
+  result.failed_rank = failures.ok() && !failures->empty() ? failures->front().rank : comm.rank();
+  result.error = std::string(combined.message());
+  return result;
+}
+
+StepResult StepDriver::Run(const StepPlan& plan) {
+  last_step_id_ = plan.step_id;
+  const std::string bytes = EncodeStepPlan(plan);
+  if (channel_ != nullptr) {
+    const absl::Status sent = channel_->Send(std::string(1, kSamplePlan) + bytes);
+    if (!sent.ok()) {
+      StepResult result;
+      result.step_id = plan.step_id;
+      result.ok = false;
+      result.failed_rank = 0;
+      result.error = absl::StrCat("broadcasting step ", plan.step_id, ": ", sent.message());
+      return result;
+    }
+  }
+  return ExecuteDecodedPlan(runner_, comm_, DecodeStepPlan(bytes));
+}
+
+absl::StatusOr<std::vector<float>> StepDriver::RunAllLogits(const StepPlan& plan) {
+  const std::string bytes = EncodeStepPlan(plan);
+  if (channel_ != nullptr) COIL_RETURN_IF_ERROR(channel_->Send(std::string(1, kLogitsPlan) + bytes));
+  COIL_ASSIGN_OR_RETURN(StepPlan decoded, DecodeStepPlan(bytes));
+  return runner_.ExecuteAllLogits(decoded);
+}
+
+absl::Status StepDriver::Shutdown() {
+  if (channel_ == nullptr) return absl::OkStatus();
+  StepPlan plan;
+  plan.step_id = last_step_id_ + 1;
+  plan.shutdown = true;
+  return channel_->Send(std::string(1, kSamplePlan) + EncodeStepPlan(plan));
+}
+
+absl::Status RunWorkerLoop(ModelRunner& runner, comm::Communicator& comm,
+                           comm::BroadcastChannel& channel) {
+  while (true) {
+    COIL_ASSIGN_OR_RETURN(std::string message, channel.Receive());
+    if (message.empty()) {
+      return absl::InternalError("received an empty step message from rank 0");
+    }
+    const std::string bytes = message.substr(1);
+    if (message[0] == kLogitsPlan) {
+      auto plan = DecodeStepPlan(bytes);
+      COIL_RETURN_IF_ERROR(plan.status());
+      COIL_RETURN_IF_ERROR(runner.ExecuteAllLogits(*plan).status());
+      continue;
+    }
+    const absl::StatusOr<StepPlan> plan = DecodeStepPlan(bytes);
+    if (plan.ok() && plan->shutdown) return absl::OkStatus();
+    const StepResult result = ExecuteDecodedPlan(runner, comm, plan);
+    if (!result.ok) {
+      COIL_LOG(WARNING) << "step " << result.step_id << " failed: " << result.error;
+    }
+  }
+}
+
+}  // namespace coil
