@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 
@@ -46,6 +47,13 @@ class BpeModel {
   void EncodeUncached(absl::string_view word, std::vector<int32_t>* out) const;
 
  private:
+  // Words of up to this many symbols merge by rescanning a small array; longer ones use a
+  // priority queue. Both give the same result (the tests compare them with the textbook).
+  static constexpr size_t kMaxScannedSymbols = 48;
+  using Symbols = absl::InlinedVector<int32_t, 32>;
+  void MergeByScanning(Symbols& tokens, std::vector<int32_t>* out) const;
+  void MergeWithHeap(Symbols& tokens, std::vector<int32_t>* out) const;
+
   struct Merge {
     int32_t rank;
     int32_t result;

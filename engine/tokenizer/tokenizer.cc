@@ -11,7 +11,8 @@
 
 namespace coil::tokenizer {
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string& path,
+                                                               const TokenizerOptions& options) {
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     return absl::NotFoundError(absl::StrCat("cannot open tokenizer file ", path,
@@ -22,21 +23,22 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string
   if (file.bad()) {
     return absl::DataLossError(absl::StrCat("cannot read tokenizer file ", path));
   }
-  auto tokenizer = FromJson(contents.str());
+  auto tokenizer = FromJson(contents.str(), options);
   if (!tokenizer.ok()) return Annotate(tokenizer.status(), path);
   return tokenizer;
 }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(absl::string_view json_text) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(absl::string_view json_text,
+                                                               const TokenizerOptions& options) {
   COIL_ASSIGN_OR_RETURN(TokenizerSpec spec, ParseTokenizerJson(json_text));
-  return std::make_unique<Tokenizer>(std::move(spec));
+  return std::make_unique<Tokenizer>(std::move(spec), options);
 }
 
-Tokenizer::Tokenizer(TokenizerSpec spec)
+Tokenizer::Tokenizer(TokenizerSpec spec, const TokenizerOptions& options)
     : nfc_(spec.nfc),
       add_prefix_space_(spec.add_prefix_space),
       use_regex_(spec.use_regex),
-      bpe_(spec.byte_tokens, spec.merges),
+      bpe_(spec.byte_tokens, spec.merges, options.word_cache_entries),
       token_bytes_(std::move(spec.token_bytes)),
       present_(std::move(spec.present)),
       special_(token_bytes_.size(), false) {

@@ -22,15 +22,22 @@
 
 namespace coil::tokenizer {
 
+struct TokenizerOptions {
+  // Entries of the word -> ids cache (0: no cache).
+  size_t word_cache_entries = BpeModel::kDefaultCacheEntries;
+};
+
 class Tokenizer {
  public:
   // Loads a tokenizer.json file. NOT_FOUND when it cannot be read; INVALID_ARGUMENT when
   // it is malformed; UNIMPLEMENTED when it needs a feature coil does not have.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromFile(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromFile(
+      const std::string& path, const TokenizerOptions& options = {});
   // The same from the file's contents.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(absl::string_view json_text);
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(
+      absl::string_view json_text, const TokenizerOptions& options = {});
 
-  explicit Tokenizer(TokenizerSpec spec);
+  explicit Tokenizer(TokenizerSpec spec, const TokenizerOptions& options = {});
 
   // The ids of `text`, which must be valid UTF-8 (INVALID_ARGUMENT otherwise). Adds no
   // BOS or EOS token (the GPT-NeoX post-processor adds none).
