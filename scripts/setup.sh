@@ -18,6 +18,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   # CPU matmuls (bf16 on AVX-512 BF16) and JSON (configs, safetensors headers, tokenizer.json)
   libdnnl-dev nlohmann-json3-dev
+  # tokenizer: NFC normalization and Unicode character categories
+  libicu-dev
 )
 
 check_only=0

@@ -1,0 +1,37 @@
+// Where a model's tokenizer comes from: an explicit file (--tokenizer), else the model
+// directory's tokenizer.json, else the GPT-NeoX-20B file shipped with coil (the
+// state-spaces/mamba2-* checkpoints ship none). The shipped file is found next to the
+// executable once installed, or in the source tree when run from a build tree.
+#ifndef COIL_ENGINE_TOKENIZER_TOKENIZER_FILES_H_
+#define COIL_ENGINE_TOKENIZER_TOKENIZER_FILES_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace coil::tokenizer {
+
+// The places the shipped GPT-NeoX-20B tokenizer.json is looked for, in order:
+// <exe dir>/../share/coil/gpt-neox-20b/tokenizer.json (an install),
+// <exe dir>/gpt-neox-20b/tokenizer.json (a relocated bundle), then the source tree.
+std::vector<std::string> ShippedTokenizerCandidates();
+
+// The first candidate that exists; NOT_FOUND listing them all otherwise.
+absl::StatusOr<std::string> ShippedTokenizerPath();
+
+// The tokenizer file for a model: `override_path` when not empty, else
+// `model_dir`/tokenizer.json when `model_dir` is not empty and has one, else the shipped
+// file.
+absl::StatusOr<std::string> TokenizerPathForModel(const std::string& model_dir,
+                                                  const std::string& override_path);
+
+// Loads the file TokenizerPathForModel names.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(
+    const std::string& model_dir, const std::string& override_path);
+
+}  // namespace coil::tokenizer
+
+#endif  // COIL_ENGINE_TOKENIZER_TOKENIZER_FILES_H_
