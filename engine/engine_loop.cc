@@ -1,0 +1,275 @@
+#include "engine/engine_loop.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace coil {
+namespace {
+
+double SecondsBetween(EngineLoop::Clock::time_point from, EngineLoop::Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+StreamFinish ToStreamFinish(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength: return StreamFinish::kLength;
+    case FinishReason::kStop: return StreamFinish::kStop;
+    case FinishReason::kEos: return StreamFinish::kEos;
+    case FinishReason::kCancelled: return StreamFinish::kCancelled;
+    default: return StreamFinish::kNone;
+  }
+}
+
+}  // namespace
+
+EngineLoop::EngineLoop(std::unique_ptr<Scheduler> scheduler, const tokenizer::Tokenizer& tokenizer,
+                       StepExecutor& executor)
+    : scheduler_(std::move(scheduler)), tokenizer_(tokenizer), executor_(executor) {
+  PublishSnapshot();
+}
+
+EngineLoop::~EngineLoop() {
+  if (thread_.joinable()) {
+    BeginDrain(std::chrono::milliseconds(0));
+    Join().IgnoreError();
+  }
+}
+
+void EngineLoop::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+absl::Status EngineLoop::Submit(std::shared_ptr<RequestStream> stream, GenerationInput input) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) {
+      return absl::UnavailableError(
+          "the server is shutting down and takes no new requests; retry on another replica");
+    }
+    inbox_.push_back(Submission{std::move(stream), std::move(input), Clock::now()});
+  }
+  wake_.notify_one();
+  return absl::OkStatus();
+}
+
+void EngineLoop::Cancel(uint64_t request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.push_back(request_id);
+  }
+  wake_.notify_one();
+}
+
+void EngineLoop::BeginDrain(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!draining_) {
+      draining_ = true;
+      drain_deadline_ = Clock::now() + grace;
+    }
+  }
+  wake_.notify_one();
+}
+
+bool EngineLoop::draining() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return draining_;
+}
+
+absl::Status EngineLoop::Join() {
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  return shutdown_status_;
+}
+
+EngineSnapshot EngineLoop::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return snapshot_;
+}
+
+void EngineLoop::PublishSnapshot() {
+  const SchedulerCounters counters = scheduler_->counters();
+  EngineSnapshot snapshot;
+  snapshot.waiting = counters.waiting;
+  snapshot.running = counters.running;
+  snapshot.rows_free = counters.rows_free;
+  snapshot.rows_total = counters.rows_free + counters.rows_used;
+  snapshot.pages_free = counters.pages_free;
+  snapshot.pages_total = counters.pages_free + counters.pages_used;
+  snapshot.steps = counters.steps;
+  std::lock_guard<std::mutex> lock(mu_);
+  snapshot_ = snapshot;
+}
+
+void EngineLoop::Loop() {
+  for (;;) {
+    std::vector<Submission> submissions;
+    std::vector<uint64_t> cancels;
+    bool drain_expired = false;
+    bool draining = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      const bool busy = scheduler_->HasUnfinishedRequests();
+      // Idle: sleep until a request, a cancel or the drain arrives. No busy loop.
+      wake_.wait(lock, [&] { return busy || draining_ || !inbox_.empty() || !cancels_.empty(); });
+      submissions.swap(inbox_);
+      cancels.swap(cancels_);
+      draining = draining_;
+      drain_expired = draining_ && Clock::now() >= drain_deadline_;
+    }
+    for (Submission& submission : submissions) Admit(std::move(submission));
+    for (uint64_t id : cancels) CancelActive(id);
+    if (drain_expired && !active_.empty()) {
+      COIL_LOG(WARNING) << "drain timeout: cancelling " << active_.size() << " requests";
+      std::vector<uint64_t> ids;
+      for (const auto& [id, active] : active_) ids.push_back(id);
+      for (uint64_t id : ids) CancelActive(id);
+    }
+    if (!scheduler_->HasUnfinishedRequests()) {
+      PublishSnapshot();
+      if (draining) break;
+      continue;
+    }
+    RunOneStep();
+    PublishSnapshot();
+  }
+  const absl::Status shutdown = executor_.Shutdown();
+  if (!shutdown.ok()) COIL_LOG(ERROR) << "shutting down the workers: " << shutdown;
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_status_ = shutdown;
+  finished_ = true;
+}
+
+void EngineLoop::Admit(Submission submission) {
+  const uint64_t id = submission.stream->request_id();
+  GenerationInput& input = submission.input;
+  NewRequest request;
+  request.request_id = id;
+  request.prompt_token_ids = input.prompt;
+  request.sampling = input.sampling;
+  request.max_tokens = input.max_tokens.value_or(0);
+  request.stop_token_ids = input.stop_token_ids;
+  request.ignore_eos = input.ignore_eos;
+  const absl::Status added = scheduler_->AddRequest(std::move(request));
+  if (!added.ok()) {
+    StreamBatch refusal;
+    refusal.error = added;
+    submission.stream->Push(std::move(refusal));
+    return;
+  }
+  Active active;
+  active.stream = std::move(submission.stream);
+  active.detokenizer =
+      std::make_unique<tokenizer::IncrementalDetokenizer>(tokenizer_, /*skip_special_tokens=*/true);
+  active.stop_matcher = std::make_unique<StopMatcher>(std::move(input.stop));
+  active.wants_logprobs = input.sampling.logprobs || input.sampling.top_logprobs > 0;
+  active.prompt_tokens = static_cast<int32_t>(input.prompt.size());
+  active.arrival = submission.arrival;
+  active_.emplace(id, std::move(active));
+}
+
+void EngineLoop::CancelActive(uint64_t request_id) {
+  auto it = active_.find(request_id);
+  if (it == active_.end()) return;  // already finished, or refused
+  // NOT_FOUND would mean the scheduler already let it go; the stream still gets its end.
+  scheduler_->Cancel(request_id).IgnoreError();
+  End(request_id, it->second, StreamBatch{}, StreamFinish::kCancelled, "");
+}
+
+void EngineLoop::RunOneStep() {
+  const StepPlan plan = scheduler_->Schedule();
+  if (plan.sequences.empty()) {
+    // Nothing can run now (all rows taken by requests that are not schedulable this
+    // step); wait briefly instead of spinning.
+    std::unique_lock<std::mutex> lock(mu_);
+    wake_.wait_for(lock, std::chrono::milliseconds(1));
+    return;
+  }
+  const Clock::time_point now = Clock::now();
+  for (const ScheduledSequence& sequence : plan.sequences) {
+    auto it = active_.find(sequence.request_id);
+    if (it != active_.end() && !it->second.admitted.has_value()) it->second.admitted = now;
+  }
+  const StepResult result = executor_.Run(plan);
+  auto updates = scheduler_->Update(plan, result);
+  if (!updates.ok()) {
+    COIL_LOG(ERROR) << "applying step " << plan.step_id << ": " << updates.status();
+    return;
+  }
+  for (const RequestUpdate& update : *updates) Apply(update);
+}
+
+void EngineLoop::Apply(const RequestUpdate& update) {
+  auto it = active_.find(update.request_id);
+  if (it == active_.end()) return;
+  Active& active = it->second;
+  if (update.finish_reason == FinishReason::kError) {
+    StreamBatch failure;
+    failure.error = update.error.ok() ? absl::InternalError("the step failed on a worker rank")
+                                      : update.error;
+    active.stream->Push(std::move(failure));
+    active_.erase(it);
+    return;
+  }
+  StreamBatch batch;
+  if (update.token.has_value()) {
+    const SampledToken& token = *update.token;
+    if (!active.first_token.has_value()) active.first_token = Clock::now();
+    ++active.completion_tokens;
+    batch.token_ids.push_back(token.token_id);
+    if (active.wants_logprobs) {
+      batch.logprobs.push_back(StreamLogprob{token.token_id, token.logprob, token.top_logprobs});
+    }
+    absl::StatusOr<std::string> text = active.detokenizer->Push(token.token_id);
+    StopMatcher::Result matched = active.stop_matcher->Push(text.ok() ? *text : std::string());
+    batch.text = std::move(matched.emit);
+    if (matched.stopped) {
+      // The scheduler may have ended it in the same step (e.g. max_tokens); either way the
+      // stop string decides the reason the client sees.
+      if (update.finish_reason == FinishReason::kNone) {
+        scheduler_->Finish(update.request_id, FinishReason::kStop).IgnoreError();
+      }
+      End(update.request_id, active, std::move(batch), StreamFinish::kStop, matched.matched);
+      return;
+    }
+  }
+  if (update.finish_reason == FinishReason::kNone) {
+    if (!batch.token_ids.empty()) active.stream->Push(std::move(batch));
+    return;
+  }
+  // Finished by the scheduler's rules: what the detokenizer and the matcher held back is
+  // final now, unless it completes a stop string.
+  StopMatcher::Result tail = active.stop_matcher->Push(active.detokenizer->Finish());
+  batch.text += tail.emit;
+  if (tail.stopped) {
+    End(update.request_id, active, std::move(batch), StreamFinish::kStop, tail.matched);
+    return;
+  }
+  batch.text += active.stop_matcher->Flush();
+  std::string matched_stop;
+  if (update.finish_reason == FinishReason::kStop && update.matched_stop_token_id >= 0) {
+    auto text = tokenizer_.Decode({update.matched_stop_token_id});
+    if (text.ok()) matched_stop = *text;
+  }
+  End(update.request_id, active, std::move(batch), ToStreamFinish(update.finish_reason),
+      std::move(matched_stop));
+}
+
+void EngineLoop::End(uint64_t request_id, Active& active, StreamBatch batch, StreamFinish reason,
+                     std::string matched_stop) {
+  const Clock::time_point now = Clock::now();
+  StreamFinal final;
+  final.reason = reason;
+  final.matched_stop = std::move(matched_stop);
+  final.prompt_tokens = active.prompt_tokens;
+  final.completion_tokens = active.completion_tokens;
+  final.queue_seconds = SecondsBetween(active.arrival, active.admitted.value_or(now));
+  final.time_to_first_token_seconds =
+      active.first_token.has_value() ? SecondsBetween(active.arrival, *active.first_token) : 0.0;
+  final.total_seconds = SecondsBetween(active.arrival, now);
+  batch.final = std::move(final);
+  active.stream->Push(std::move(batch));
+  active_.erase(request_id);
+}
+
+}  // namespace coil

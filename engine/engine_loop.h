@@ -1,0 +1,135 @@
+// EngineLoop: rank 0's one thread that owns the scheduler and drives the steps (DESIGN §1).
+// gRPC threads only Submit requests, Cancel them and read snapshots; the loop takes those
+// at each step boundary, plans a step, has the executor run it on every rank, applies the
+// result, detokenizes each new token incrementally, matches stop strings across token
+// boundaries (holding back text that may begin one) and pushes the output into each
+// request's RequestStream. Invariant: only the loop's thread calls the scheduler and the
+// executor (hence MPI); when no request is live it sleeps on a condition variable.
+#ifndef COIL_ENGINE_ENGINE_LOOP_H_
+#define COIL_ENGINE_ENGINE_LOOP_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "engine/request_stream.h"
+#include "engine/request_validation.h"
+#include "engine/stop_matcher.h"
+#include "engine/tokenizer/incremental_detokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "scheduler/plan.h"
+#include "scheduler/scheduler.h"
+
+namespace coil {
+
+// Runs a plan on every rank (rank 0's StepDriver in coil-serve).
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  virtual StepResult Run(const StepPlan& plan) = 0;
+  // Ends the workers (the shutdown plan).
+  virtual absl::Status Shutdown() = 0;
+};
+
+// The scheduler's live figures, refreshed after every step boundary.
+struct EngineSnapshot {
+  int32_t waiting = 0;
+  int32_t running = 0;
+  int32_t rows_free = 0;
+  int32_t rows_total = 0;
+  int32_t pages_free = 0;
+  int32_t pages_total = 0;
+  int64_t steps = 0;
+};
+
+class EngineLoop {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `tokenizer` and `executor` must outlive the loop.
+  EngineLoop(std::unique_ptr<Scheduler> scheduler, const tokenizer::Tokenizer& tokenizer,
+             StepExecutor& executor);
+  ~EngineLoop();  // drains with no grace period if still running
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  void Start();
+
+  // A fresh id for a request (unique for the server's life).
+  uint64_t NextRequestId() { return next_request_id_.fetch_add(1); }
+
+  // Queues a validated request whose output goes to `stream` (stream->request_id() is its
+  // id). UNAVAILABLE while draining; a full queue is reported through the stream
+  // (RESOURCE_EXHAUSTED) when the loop takes the request.
+  absl::Status Submit(std::shared_ptr<RequestStream> stream, GenerationInput input);
+  // Removes a request at the next step boundary and frees its row and pages.
+  void Cancel(uint64_t request_id);
+
+  // Stops taking requests; in-flight ones run until `grace` passes, then are cancelled;
+  // then the workers are shut down and the loop ends.
+  void BeginDrain(std::chrono::milliseconds grace);
+  bool draining() const;
+  // Waits for the loop to end (after BeginDrain); returns the workers' shutdown status.
+  absl::Status Join();
+
+  EngineSnapshot Snapshot() const;
+
+ private:
+  struct Submission {
+    std::shared_ptr<RequestStream> stream;
+    GenerationInput input;
+    Clock::time_point arrival;
+  };
+  // A live request as the loop sees it.
+  struct Active {
+    std::shared_ptr<RequestStream> stream;
+    std::unique_ptr<tokenizer::IncrementalDetokenizer> detokenizer;
+    std::unique_ptr<StopMatcher> stop_matcher;
+    bool wants_logprobs = false;
+    int32_t prompt_tokens = 0;
+    int32_t completion_tokens = 0;
+    Clock::time_point arrival;
+    std::optional<Clock::time_point> admitted;
+    std::optional<Clock::time_point> first_token;
+  };
+
+  void Loop();
+  void Admit(Submission submission);
+  void CancelActive(uint64_t request_id);
+  void RunOneStep();
+  void Apply(const RequestUpdate& update);
+  // Sends the final event and forgets the request.
+  void End(uint64_t request_id, Active& active, StreamBatch batch, StreamFinish reason,
+           std::string matched_stop);
+  void PublishSnapshot();
+
+  std::unique_ptr<Scheduler> scheduler_;  // the loop's thread only
+  const tokenizer::Tokenizer& tokenizer_;
+  StepExecutor& executor_;
+  absl::flat_hash_map<uint64_t, Active> active_;  // the loop's thread only
+  std::atomic<uint64_t> next_request_id_{1};
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable wake_;
+  std::vector<Submission> inbox_;
+  std::vector<uint64_t> cancels_;
+  bool draining_ = false;
+  Clock::time_point drain_deadline_;
+  EngineSnapshot snapshot_;
+  absl::Status shutdown_status_;
+  bool finished_ = false;
+
+  std::thread thread_;
+};
+
+}  // namespace coil
+
+#endif  // COIL_ENGINE_ENGINE_LOOP_H_

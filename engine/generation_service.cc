@@ -1,0 +1,229 @@
+#include "engine/generation_service.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/request_stream.h"
+#include "engine/status_to_grpc.h"
+
+namespace coil {
+namespace {
+
+using coil::v1::GenerateRequest;
+using coil::v1::GenerateResponse;
+
+coil::v1::FinishReason ToProto(StreamFinish reason) {
+  switch (reason) {
+    case StreamFinish::kLength: return coil::v1::FINISH_REASON_LENGTH;
+    case StreamFinish::kStop: return coil::v1::FINISH_REASON_STOP;
+    case StreamFinish::kEos: return coil::v1::FINISH_REASON_EOS;
+    case StreamFinish::kCancelled: return coil::v1::FINISH_REASON_CANCELLED;
+    default: return coil::v1::FINISH_REASON_UNSPECIFIED;
+  }
+}
+
+// Streams one request's RequestStream (route_guide_callback_server's Lister shape). The
+// stream calls Deliver under its lock, at most one delivery per completed write, so
+// `response_` is never reused while a write is in flight.
+class GenerateReactor final : public grpc::ServerWriteReactor<GenerateResponse>,
+                              public RequestStream::Listener {
+ public:
+  GenerateReactor(EngineLoop& engine, const tokenizer::Tokenizer& tokenizer)
+      : engine_(engine), tokenizer_(tokenizer) {}
+
+  // Refuses the call at once.
+  void Refuse(const absl::Status& status) {
+    finished_ = true;
+    Finish(ToGrpcStatus(status));
+  }
+
+  // Connects the stream; from here on the engine may deliver.
+  void Attach(std::shared_ptr<RequestStream> stream) {
+    stream_ = std::move(stream);
+    stream_->Attach(this);
+  }
+
+  void Deliver(StreamBatch batch) override {
+    if (finished_) return;
+    if (!batch.error.ok()) {
+      finished_ = true;
+      Finish(ToGrpcStatus(batch.error));
+      return;
+    }
+    response_.Clear();
+    response_.set_request_id(stream_->client_request_id());
+    response_.set_text(std::move(batch.text));
+    for (int32_t id : batch.token_ids) response_.add_token_ids(id);
+    for (const StreamLogprob& logprob : batch.logprobs) {
+      coil::v1::TokenLogprob* out = response_.add_logprobs();
+      out->set_token_id(logprob.token_id);
+      out->set_logprob(logprob.logprob);
+      for (const TokenLogprob& top : logprob.top) {
+        coil::v1::TopLogprob* alt = out->add_top();
+        alt->set_token_id(top.token_id);
+        alt->set_logprob(top.logprob);
+        auto text = tokenizer_.Decode({top.token_id});  // valid UTF-8 (U+FFFD for cut bytes)
+        if (text.ok()) alt->set_text(*text);
+      }
+    }
+    if (batch.final.has_value()) {
+      const StreamFinal& final = *batch.final;
+      response_.set_finish_reason(ToProto(final.reason));
+      response_.set_matched_stop(final.matched_stop);
+      response_.mutable_usage()->set_prompt_tokens(final.prompt_tokens);
+      response_.mutable_usage()->set_completion_tokens(final.completion_tokens);
+      response_.mutable_timings()->set_queue_seconds(final.queue_seconds);
+      response_.mutable_timings()->set_time_to_first_token_seconds(
+          final.time_to_first_token_seconds);
+      response_.mutable_timings()->set_total_seconds(final.total_seconds);
+      finished_ = true;
+      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+      return;
+    }
+    StartWrite(&response_);
+  }
+
+  void OnWriteDone(bool /*ok*/) override {
+    // A failed write means the call is gone; OnCancel ends the stream, and the next
+    // delivery finishes the call.
+    stream_->WriteDone();
+  }
+
+  void OnCancel() override {
+    // The client cancelled or its deadline passed: free the row at the next step boundary
+    // and end the call now (the stream drops whatever the engine pushes later).
+    engine_.Cancel(stream_->request_id());
+    StreamBatch cancelled;
+    cancelled.error = absl::CancelledError("the request was cancelled by the client");
+    stream_->Push(std::move(cancelled));
+  }
+
+  void OnDone() override {
+    if (stream_ != nullptr) stream_->Detach();
+    delete this;  // NOLINT: gRPC's callback API ends a reactor's life here
+  }
+
+ private:
+  EngineLoop& engine_;
+  const tokenizer::Tokenizer& tokenizer_;
+  std::shared_ptr<RequestStream> stream_;
+  GenerateResponse response_;
+  bool finished_ = false;  // guarded by the stream's lock once attached
+};
+
+// The request as plain values, its prompt tokenized.
+absl::StatusOr<GenerationInput> ToInput(const GenerateRequest& request,
+                                        const tokenizer::Tokenizer& tokenizer) {
+  GenerationInput input;
+  switch (request.prompt_case()) {
+    case GenerateRequest::kText: {
+      auto ids = tokenizer.Encode(request.text());
+      if (!ids.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("the prompt text: ", ids.status().message()));
+      }
+      input.prompt = std::move(ids).value();
+      break;
+    }
+    case GenerateRequest::kTokenIds:
+      input.prompt.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
+      break;
+    default:
+      break;  // empty: refused by validation
+  }
+  const coil::v1::SamplingParams& sampling = request.sampling();
+  input.sampling.temperature = sampling.temperature();
+  input.sampling.top_k = sampling.top_k();
+  input.sampling.top_p = sampling.has_top_p() ? sampling.top_p() : 1.0f;
+  input.sampling.min_p = sampling.min_p();
+  input.sampling.presence_penalty = sampling.presence_penalty();
+  input.sampling.frequency_penalty = sampling.frequency_penalty();
+  input.sampling.repetition_penalty =
+      sampling.repetition_penalty() == 0.0f ? 1.0f : sampling.repetition_penalty();
+  input.sampling.seed = sampling.seed();
+  input.sampling.logprobs = sampling.logprobs();
+  input.sampling.top_logprobs = sampling.top_logprobs();
+  if (sampling.has_max_tokens()) input.max_tokens = sampling.max_tokens();
+  input.stop.assign(sampling.stop().begin(), sampling.stop().end());
+  input.stop_token_ids.assign(sampling.stop_token_ids().begin(), sampling.stop_token_ids().end());
+  input.ignore_eos = sampling.ignore_eos();
+  return input;
+}
+
+}  // namespace
+
+grpc::ServerWriteReactor<GenerateResponse>* GenerationService::Generate(
+    grpc::CallbackServerContext* /*context*/, const GenerateRequest* request) {
+  auto* reactor = new GenerateReactor(engine_, tokenizer_);  // NOLINT: deleted in OnDone
+  if (engine_.draining()) {
+    reactor->Refuse(absl::UnavailableError(
+        "the server is shutting down and takes no new requests; retry on another replica"));
+    return reactor;
+  }
+  absl::StatusOr<GenerationInput> input = ToInput(*request, tokenizer_);
+  absl::Status valid = input.ok() ? ValidateGeneration(*input, limits_) : input.status();
+  if (!valid.ok()) {
+    reactor->Refuse(valid);
+    return reactor;
+  }
+  const uint64_t id = engine_.NextRequestId();
+  std::string client_id = request->request_id().empty() ? absl::StrCat("coil-", id)
+                                                        : request->request_id();
+  auto stream = std::make_shared<RequestStream>(id, std::move(client_id));
+  reactor->Attach(stream);
+  const absl::Status submitted = engine_.Submit(stream, std::move(input).value());
+  if (!submitted.ok()) {
+    StreamBatch refusal;
+    refusal.error = submitted;
+    stream->Push(std::move(refusal));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
+                                                      const coil::v1::TokenizeRequest* request,
+                                                      coil::v1::TokenizeResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto ids = tokenizer_.Encode(request->text());
+  if (!ids.ok()) {
+    reactor->Finish(ToGrpcStatus(ids.status()));
+    return reactor;
+  }
+  for (int32_t id : *ids) response->add_token_ids(id);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::Detokenize(grpc::CallbackServerContext* context,
+                                                        const coil::v1::DetokenizeRequest* request,
+                                                        coil::v1::DetokenizeResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::vector<int32_t> ids(request->token_ids().begin(), request->token_ids().end());
+  auto text = tokenizer_.Decode(ids, request->skip_special_tokens());
+  if (!text.ok()) {
+    reactor->Finish(ToGrpcStatus(text.status()));
+    return reactor;
+  }
+  response->set_text(std::move(text).value());
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
+    grpc::CallbackServerContext* context, const coil::v1::GetModelInfoRequest* /*request*/,
+    coil::v1::ModelInfo* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  *response = static_info_;
+  const EngineSnapshot snapshot = engine_.Snapshot();
+  response->set_state_rows_total(snapshot.rows_total);
+  response->set_state_rows_free(snapshot.rows_free);
+  response->set_kv_pages_total(snapshot.pages_total);
+  response->set_kv_pages_free(snapshot.pages_free);
+  response->set_waiting_requests(snapshot.waiting);
+  response->set_running_requests(snapshot.running);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace coil

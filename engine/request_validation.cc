@@ -1,0 +1,76 @@
+#include "engine/request_validation.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "workers/sampler.h"
+
+namespace coil {
+
+absl::Status ValidateGeneration(const GenerationInput& input, const ServingLimits& limits) {
+  const int64_t prompt_len = static_cast<int64_t>(input.prompt.size());
+  if (prompt_len == 0) {
+    return absl::InvalidArgumentError("the prompt is empty; send some text or at least one token id");
+  }
+  if (prompt_len >= limits.max_model_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt has ", prompt_len, " tokens; the limit is ", limits.max_model_len - 1,
+        " (--max-model-len ", limits.max_model_len, " leaves room for one output token); "
+        "shorten the prompt"));
+  }
+  for (size_t i = 0; i < input.prompt.size(); ++i) {
+    const int32_t id = input.prompt[i];
+    if (id < 0 || id >= limits.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " is id ", id,
+                                                     ", outside the vocabulary [0, ",
+                                                     limits.vocab_size, "); send valid ids"));
+    }
+  }
+  if (input.max_tokens.has_value()) {
+    const int32_t max_tokens = *input.max_tokens;
+    if (max_tokens < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_tokens is ", max_tokens, "; it must be at least 1 (leave it unset for "
+          "up to the context limit)"));
+    }
+    if (prompt_len + max_tokens > limits.max_model_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the prompt (", prompt_len, " tokens) plus max_tokens (", max_tokens, ") is ",
+          prompt_len + max_tokens, " tokens; the limit is ", limits.max_model_len,
+          " (--max-model-len); lower max_tokens to at most ", limits.max_model_len - prompt_len));
+    }
+  }
+  COIL_RETURN_IF_ERROR(ValidateSamplingParams(input.sampling));
+  if (static_cast<int64_t>(input.stop.size()) > limits.max_stop_strings) {
+    return absl::InvalidArgumentError(absl::StrCat("there are ", input.stop.size(),
+                                                   " stop strings; the limit is ",
+                                                   limits.max_stop_strings, "; send fewer"));
+  }
+  for (size_t i = 0; i < input.stop.size(); ++i) {
+    const size_t bytes = input.stop[i].size();
+    if (bytes == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop string ", i, " is empty; remove it"));
+    }
+    if (static_cast<int64_t>(bytes) > limits.max_stop_string_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("stop string ", i, " has ", bytes,
+                                                     " bytes; the limit is ",
+                                                     limits.max_stop_string_bytes,
+                                                     "; shorten it"));
+    }
+  }
+  if (static_cast<int64_t>(input.stop_token_ids.size()) > limits.max_stop_token_ids) {
+    return absl::InvalidArgumentError(absl::StrCat("there are ", input.stop_token_ids.size(),
+                                                   " stop token ids; the limit is ",
+                                                   limits.max_stop_token_ids, "; send fewer"));
+  }
+  for (int32_t id : input.stop_token_ids) {
+    if (id < 0 || id >= limits.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("stop token id ", id,
+                                                     " is outside the vocabulary [0, ",
+                                                     limits.vocab_size, "); send valid ids"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace coil

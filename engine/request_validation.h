@@ -1,0 +1,41 @@
+// Checks a generation request against the serving limits before it reaches the engine
+// loop, so that bad input is refused with INVALID_ARGUMENT (a message naming the field, the
+// value, the limit and the fix) and never touches the scheduler or another request.
+// Invariant: a request that passes can be added to a scheduler built with the same
+// max_model_len; only the queue length can still refuse it.
+#ifndef COIL_ENGINE_REQUEST_VALIDATION_H_
+#define COIL_ENGINE_REQUEST_VALIDATION_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "scheduler/plan.h"
+
+namespace coil {
+
+struct ServingLimits {
+  int32_t max_model_len = 4096;  // prompt plus output tokens
+  int32_t vocab_size = 0;        // token ids must be in [0, vocab_size)
+  int32_t max_stop_strings = 16;
+  int32_t max_stop_string_bytes = 256;
+  int32_t max_stop_token_ids = 64;
+};
+
+// A Generate call after its prompt was tokenized: plain values, no protobuf.
+struct GenerationInput {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  std::optional<int32_t> max_tokens;  // unset: up to max_model_len
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+};
+
+absl::Status ValidateGeneration(const GenerationInput& input, const ServingLimits& limits);
+
+}  // namespace coil
+
+#endif  // COIL_ENGINE_REQUEST_VALIDATION_H_
