@@ -1,0 +1,425 @@
+// coil-serve: serves a Mamba2 model over gRPC (coil.v1.Generation, grpc.health.v1.Health,
+// server reflection) with continuous batching, tensor-parallel across the ranks mpirun
+// starts (DESIGN §1).
+//
+//   mpirun -np 2 --mca odls_base_sigkill_timeout 40 coil-serve --model DIR [--port 50051]
+//
+// Start-up on every rank: MPI session, communicator, configuration checks (before anything
+// is allocated or loaded; every rank checks, rank 0 reports), weights, state pool; a
+// failure on any rank is every rank's. Then rank 0 runs the engine loop and the gRPC server
+// and ranks > 0 execute the plans rank 0 broadcasts. SIGTERM or SIGINT drains rank 0 (health
+// NOT_SERVING, new requests UNAVAILABLE, in-flight requests finish within --drain-timeout)
+// and then sends the shutdown plan; ranks > 0 ignore both signals and wait for that plan,
+// which is why the documented launch raises Open MPI's kill timeout above the drain timeout.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "engine/engine_loop.h"
+#include "engine/generation_service.h"
+#include "engine/request_validation.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/tokenizer_files.h"
+#include "kernels/backend_factory.h"
+#include "kernels/state_pool.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/scheduler_config.h"
+#include "workers/comm/broadcast_channel.h"
+#include "workers/comm/communicator.h"
+#include "workers/comm/mpi_session.h"
+#include "workers/comm/step_status.h"
+#include "workers/model/checkpoint.h"
+#include "workers/model/mamba2_model.h"
+#include "workers/model/model_config.h"
+#include "workers/model/shard_layout.h"
+#include "workers/model_runner.h"
+#include "workers/worker_loop.h"
+
+ABSL_FLAG(std::string, model, "", "model directory (config.json and weights)");
+ABSL_FLAG(std::string, host, "0.0.0.0", "address to listen on");
+ABSL_FLAG(int32_t, port, 50051, "port to listen on (0: pick a free one; see --port-file)");
+ABSL_FLAG(std::string, port_file, "", "write the port listened on to this file once serving");
+ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json (default: the model's, else GPT-NeoX-20B)");
+ABSL_FLAG(int32_t, state_rows, 0,
+          "recurrent-state rows, i.e. requests running at once (0: derive from --memory-budget)");
+ABSL_FLAG(int32_t, kv_pages, 0, "KV-cache pages (models with attention layers only)");
+ABSL_FLAG(int32_t, block_size, 16, "tokens per KV-cache page");
+ABSL_FLAG(std::string, memory_budget, "2GiB",
+          "memory per rank for request state (recurrent state rows and KV pages), e.g. 2GiB, "
+          "512MiB; used to derive --state-rows when it is 0");
+ABSL_FLAG(int32_t, max_num_seqs, 256, "most requests running at once");
+ABSL_FLAG(int32_t, max_batched_tokens, 2048, "most tokens in one step (decodes and prefill)");
+ABSL_FLAG(int32_t, max_model_len, 4096, "most tokens of one request, prompt plus output");
+ABSL_FLAG(int32_t, max_queue, 1024, "most waiting requests; more are refused RESOURCE_EXHAUSTED");
+ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0: the cores divided among the ranks)");
+ABSL_FLAG(int32_t, drain_timeout, 30,
+          "seconds in-flight requests may run after SIGTERM/SIGINT before they are cancelled");
+ABSL_FLAG(std::string, weights, "auto", "matrix weight type: auto, f32 or bf16");
+
+namespace coil {
+namespace {
+
+// "2GiB", "512MiB", "1.5G", "1000000": bytes.
+absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
+  std::string lower = absl::AsciiStrToLower(text);
+  struct Suffix {
+    const char* name;
+    double scale;
+  };
+  constexpr Suffix kSuffixes[] = {{"gib", 1024.0 * 1024 * 1024}, {"mib", 1024.0 * 1024},
+                                  {"kib", 1024.0},              {"gb", 1e9},
+                                  {"mb", 1e6},                  {"kb", 1e3},
+                                  {"g", 1024.0 * 1024 * 1024},  {"m", 1024.0 * 1024},
+                                  {"k", 1024.0},                {"b", 1.0}};
+  double scale = 1.0;
+  for (const Suffix& suffix : kSuffixes) {
+    const std::string s = suffix.name;
+    if (lower.size() > s.size() && lower.compare(lower.size() - s.size(), s.size(), s) == 0) {
+      scale = suffix.scale;
+      lower.resize(lower.size() - s.size());
+      break;
+    }
+  }
+  double value = 0.0;
+  if (!absl::SimpleAtod(lower, &value) || value < 0.0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--memory-budget is '", text, "'; give a size such as 2GiB, 512MiB or 1000000"));
+  }
+  return static_cast<int64_t>(value * scale);
+}
+
+int64_t PhysicalMemoryBytes() {
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+std::string MiB(int64_t bytes) {
+  return absl::StrCat(bytes / (1024 * 1024), " MiB");
+}
+
+// What every rank works out from the flags and config.json before it allocates anything.
+struct ServePlan {
+  model::ModelConfig model;
+  SchedulerConfig scheduler;
+  int64_t state_bytes_per_sequence = 0;  // the largest over the ranks
+};
+
+absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int tp_size) {
+  if (model_dir.empty()) {
+    return absl::InvalidArgumentError("--model is required: the directory holding config.json and the weights");
+  }
+  ServePlan plan;
+  COIL_ASSIGN_OR_RETURN(plan.model, model::LoadModelConfig(model_dir));
+  if (plan.model.nheads() % tp_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the TP size (mpirun -np ", tp_size, ") does not divide the model's ", plan.model.nheads(),
+        " heads; start a number of ranks that divides ", plan.model.nheads()));
+  }
+  // Every rank sizes the pool for the same number of rows, so take the largest shard.
+  for (int rank = 0; rank < tp_size; ++rank) {
+    COIL_ASSIGN_OR_RETURN(model::ShardLayout layout, model::MakeShardLayout(plan.model, tp_size, rank));
+    StatePoolShape shape;
+    shape.layers = plan.model.n_layer;
+    shape.d_conv = plan.model.d_conv;
+    shape.conv_channels = layout.conv_channels();
+    shape.heads = layout.heads();
+    shape.headdim = plan.model.headdim;
+    shape.d_state = plan.model.d_state;
+    plan.state_bytes_per_sequence = std::max(plan.state_bytes_per_sequence, shape.bytes_per_sequence());
+  }
+
+  SchedulerConfig& config = plan.scheduler;
+  config.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  config.max_batched_tokens = absl::GetFlag(FLAGS_max_batched_tokens);
+  config.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+  config.max_queue = absl::GetFlag(FLAGS_max_queue);
+  config.block_size = absl::GetFlag(FLAGS_block_size);
+  config.kv_pages = absl::GetFlag(FLAGS_kv_pages);
+  config.num_attention_layers = 0;  // a pure Mamba2 model
+  config.ssd_chunk_size = static_cast<int32_t>(plan.model.chunk_size);
+
+  const int64_t physical = PhysicalMemoryBytes();
+  COIL_ASSIGN_OR_RETURN(const int64_t budget, ParseBytes(absl::GetFlag(FLAGS_memory_budget)));
+  if (budget > physical) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--memory-budget is ", MiB(budget), "; this machine has ", MiB(physical),
+        "; lower --memory-budget"));
+  }
+  const int32_t rows_flag = absl::GetFlag(FLAGS_state_rows);
+  if (rows_flag < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--state-rows is ", rows_flag,
+                                                   "; give a positive count or 0 to derive it"));
+  }
+  if (rows_flag > 0) {
+    config.state_rows = rows_flag;
+  } else {
+    const int64_t rows = budget / plan.state_bytes_per_sequence;
+    if (rows == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--memory-budget ", MiB(budget), " holds no state row (one request needs ",
+          plan.state_bytes_per_sequence, " bytes per rank); raise --memory-budget or set --state-rows"));
+    }
+    // Rows beyond --max-num-seqs could never be used at once.
+    config.state_rows = static_cast<int32_t>(std::min<int64_t>(rows, config.max_num_seqs));
+  }
+  if (config.uses_kv_pages() && config.kv_pages == 0) {
+    return absl::InvalidArgumentError(
+        "the model has attention layers and needs KV pages; set --kv-pages");
+  }
+  const int64_t state_bytes = int64_t{config.state_rows + 1} * plan.state_bytes_per_sequence;
+  if (state_bytes > physical) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--state-rows ", config.state_rows, " needs ", MiB(state_bytes), " per rank; this machine has ",
+        MiB(physical), "; lower --state-rows"));
+  }
+  COIL_RETURN_IF_ERROR(config.Validate());
+  return plan;
+}
+
+// Every rank learns whether every rank succeeded; false when this rank must exit.
+bool AllRanksOk(comm::Communicator& comm, const absl::Status& local, const char* what) {
+  auto failures = comm::AllReduceStepStatus(comm, local);
+  const absl::Status combined = failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
+  if (combined.ok()) return true;
+  if (comm.rank() == 0) std::fprintf(stderr, "coil-serve: %s: %s\n", what, combined.ToString().c_str());
+  return false;
+}
+
+// The engine loop's executor: rank 0's StepDriver.
+class DriverExecutor final : public StepExecutor {
+ public:
+  explicit DriverExecutor(StepDriver& driver) : driver_(driver) {}
+  StepResult Run(const StepPlan& plan) override { return driver_.Run(plan); }
+  absl::Status Shutdown() override { return driver_.Shutdown(); }
+
+ private:
+  StepDriver& driver_;
+};
+
+coil::v1::ModelInfo StaticInfo(const std::string& model_dir, const model::Mamba2Model& model,
+                               const SchedulerConfig& config, int tp_size) {
+  const model::ModelConfig& m = model.config();
+  coil::v1::ModelInfo info;
+  info.set_model_path(model_dir);
+  info.set_architecture("mamba2");
+  info.set_d_model(static_cast<int32_t>(m.d_model));
+  info.set_n_layer(static_cast<int32_t>(m.n_layer));
+  info.set_vocab_size(static_cast<int32_t>(m.vocab_size));
+  info.set_padded_vocab_size(static_cast<int32_t>(m.padded_vocab_size()));
+  info.set_d_state(static_cast<int32_t>(m.d_state));
+  info.set_headdim(static_cast<int32_t>(m.headdim));
+  info.set_nheads(static_cast<int32_t>(m.nheads()));
+  info.set_ngroups(static_cast<int32_t>(m.ngroups));
+  info.set_dtype(DTypeName(model.weight_dtype()));
+  info.set_device("cpu");
+  info.set_tp_size(tp_size);
+  info.set_max_model_len(config.max_model_len);
+  info.set_block_size(config.block_size);
+  info.set_num_attention_layers(config.num_attention_layers);
+  return info;
+}
+
+// Rank 0 after loading: serve until SIGTERM/SIGINT, then drain and end the workers.
+int Serve(const ServePlan& plan, model::Mamba2Model& model, ModelRunner& runner,
+          comm::Communicator& comm, comm::BroadcastChannel* channel,
+          const tokenizer::Tokenizer& tok, const sigset_t& stop_signals) {
+  StepDriver driver(runner, comm, channel);
+  DriverExecutor executor(driver);
+  SchedulerConfig config = plan.scheduler;
+  config.eos_token_id = tok.AddedTokenId("<|endoftext|>").value_or(-1);
+  auto scheduler = Scheduler::Create(config);
+  if (!scheduler.ok()) {
+    std::fprintf(stderr, "coil-serve: %s\n", scheduler.status().ToString().c_str());
+    driver.Shutdown().IgnoreError();
+    return 1;
+  }
+  EngineLoop engine(std::move(scheduler).value(), tok, executor);
+  engine.Start();
+
+  ServingLimits limits;
+  limits.max_model_len = config.max_model_len;
+  limits.vocab_size = static_cast<int32_t>(std::min<int64_t>(model.config().vocab_size, tok.vocab_size()));
+  const std::string model_dir = absl::GetFlag(FLAGS_model);
+  GenerationService service(engine, tok, limits, StaticInfo(model_dir, model, config, comm.size()));
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  const std::string address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "coil-serve: cannot listen on %s; choose another --host/--port\n",
+                 address.c_str());
+    engine.BeginDrain(std::chrono::milliseconds(0));
+    engine.Join().IgnoreError();
+    return 1;
+  }
+  // Ready: the engine runs and the port is open.
+  server->GetHealthCheckService()->SetServingStatus(true);
+  COIL_LOG(INFO) << "serving " << model_dir << " on " << absl::GetFlag(FLAGS_host) << ":" << port
+                 << " (TP " << comm.size() << ", " << config.state_rows << " state rows)";
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    const std::string path = absl::GetFlag(FLAGS_port_file);
+    {
+      std::ofstream out(path + ".tmp");
+      out << port << "\n";
+    }
+    std::rename((path + ".tmp").c_str(), path.c_str());  // readers never see half a file
+  }
+
+  // The signals stay blocked in every thread; this thread takes them synchronously.
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  const int drain_seconds = std::max(0, absl::GetFlag(FLAGS_drain_timeout));
+  COIL_LOG(INFO) << "signal " << signal_number << ": draining (up to " << drain_seconds
+                 << " s for in-flight requests)";
+  server->GetHealthCheckService()->SetServingStatus(false);
+  engine.BeginDrain(std::chrono::seconds(drain_seconds));
+  const absl::Status workers = engine.Join();
+  // Every stream has its final message queued; give the writes a moment, then close.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+  if (!workers.ok()) {
+    std::fprintf(stderr, "coil-serve: shutting down the workers: %s\n", workers.ToString().c_str());
+    return 1;
+  }
+  COIL_LOG(INFO) << "drained; exiting";
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  // Block the stop signals before any thread exists (MPI's, gRPC's, the engine's), so every
+  // thread inherits the mask and rank 0 takes them with sigwait, outside signal context.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::SetProgramUsageMessage(
+      "mpirun -np N --mca odls_base_sigkill_timeout <drain+10> coil-serve --model DIR "
+      "[--port 50051] [--state-rows R | --memory-budget 2GiB] [--max-model-len L]");
+  absl::ParseCommandLine(argc, argv);
+
+  comm::CommunicatorOptions options;
+  std::unique_ptr<comm::MpiSession> mpi;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {  // launched by mpirun
+    auto session = comm::MpiSession::Init(&argc, &argv);
+    if (!session.ok()) {
+      std::fprintf(stderr, "coil-serve: %s\n", session.status().ToString().c_str());
+      return 1;
+    }
+    mpi = std::move(session).value();
+    options.kind = comm::CommunicatorKind::kMpi;
+  }
+  auto created = comm::CreateCommunicator(options);
+  if (!created.ok()) {
+    std::fprintf(stderr, "coil-serve: %s\n", created.status().ToString().c_str());
+    return 1;
+  }
+  std::unique_ptr<comm::Communicator> comm = std::move(created).value();
+  const int rank = comm->rank();
+  if (comm->size() > 1) SetLogPrefix(absl::StrCat("rank ", rank));
+  if (rank != 0) {
+    // mpirun hands every rank the signal; only rank 0 decides when the workers stop.
+    std::signal(SIGTERM, SIG_IGN);
+    std::signal(SIGINT, SIG_IGN);
+  }
+  std::unique_ptr<comm::BroadcastChannel> channel;
+  if (comm->size() > 1) {
+    auto made = comm::BroadcastChannel::Create(0, comm::BackoffOptions{});
+    if (!AllRanksOk(*comm, made.status(), "broadcast channel")) return 1;
+    channel = std::move(made).value();
+  }
+
+  // 1. Configuration, before anything is allocated or loaded.
+  const std::string model_dir = absl::GetFlag(FLAGS_model);
+  absl::StatusOr<ServePlan> plan = CheckConfiguration(model_dir, comm->size());
+  if (!AllRanksOk(*comm, plan.status(), "configuration")) return 1;
+  if (rank == 0) {
+    COIL_LOG(INFO) << "budgets: " << plan->scheduler.state_rows << " state rows x "
+                   << plan->state_bytes_per_sequence << " bytes per request per rank = "
+                   << MiB(int64_t{plan->scheduler.state_rows + 1} * plan->state_bytes_per_sequence)
+                   << " (+1 scratch row)"
+                   << (absl::GetFlag(FLAGS_state_rows) == 0
+                           ? absl::StrCat(", derived from --memory-budget ", absl::GetFlag(FLAGS_memory_budget))
+                           : std::string(", from --state-rows"))
+                   << "; kv pages " << plan->scheduler.kv_pages << "; max_num_seqs "
+                   << plan->scheduler.max_num_seqs << ", max_batched_tokens "
+                   << plan->scheduler.max_batched_tokens << ", max_model_len "
+                   << plan->scheduler.max_model_len << ", max_queue " << plan->scheduler.max_queue;
+  }
+
+  // 2. Weights, state pool, tokenizer.
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<model::Checkpoint> checkpoint;
+  std::unique_ptr<model::Mamba2Model> model;
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  const absl::Status loaded = [&]() -> absl::Status {
+    int threads = absl::GetFlag(FLAGS_threads);
+    if (threads <= 0) {
+      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
+    }
+    BackendOptions backend_options;
+    backend_options.threads = threads;
+    COIL_ASSIGN_OR_RETURN(backend, CreateBackend(BackendKind::kCpu, backend_options));
+    COIL_ASSIGN_OR_RETURN(checkpoint, model::OpenCheckpoint(model_dir));
+    model::LoadOptions load;
+    COIL_ASSIGN_OR_RETURN(load.weight_type, model::ParseWeightType(absl::GetFlag(FLAGS_weights)));
+    if (rank == 0 && isatty(STDERR_FILENO)) {
+      load.progress = [](int64_t done, int64_t total) {
+        std::fprintf(stderr, "\rloading weights: layer %lld of %lld%s", static_cast<long long>(done),
+                     static_cast<long long>(total), done == total ? "\n" : "");
+      };
+    }
+    COIL_ASSIGN_OR_RETURN(model, model::Mamba2Model::Load(*checkpoint, *backend, *comm, load));
+    COIL_ASSIGN_OR_RETURN(runner, ModelRunner::Create(*model, *backend, *comm, plan->scheduler.state_rows));
+    if (rank == 0) {
+      COIL_ASSIGN_OR_RETURN(tok, tokenizer::LoadTokenizerForModel(model_dir, absl::GetFlag(FLAGS_tokenizer)));
+    }
+    return absl::OkStatus();
+  }();
+  if (!AllRanksOk(*comm, loaded, "loading")) return 1;
+  if (rank == 0) {
+    COIL_LOG(INFO) << "loaded " << model_dir << ": " << model->config().n_layer << " layers, d_model "
+                   << model->config().d_model << ", " << DTypeName(model->weight_dtype()) << " weights, "
+                   << MiB(static_cast<int64_t>(model->weight_bytes())) << " on rank 0, TP " << comm->size();
+  }
+
+  if (rank != 0) {
+    const absl::Status done = RunWorkerLoop(*runner, *comm, *channel);
+    if (!done.ok()) {
+      std::fprintf(stderr, "coil-serve rank %d: %s\n", rank, done.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  return Serve(*plan, *model, *runner, *comm, channel.get(), *tok, stop_signals);
+}
+
+}  // namespace
+}  // namespace coil
+
+int main(int argc, char** argv) { return coil::Main(argc, argv); }
