@@ -85,11 +85,14 @@ class Scheduler {
   absl::Status AddRequest(NewRequest request);
 
   // Ends a live request at once and frees its row and pages. The engine calls it when a
-  // client goes away (kCancelled) or when it matched a stop string (kStop). A request
-  // ended between Schedule and Update is skipped by that Update. NOT_FOUND for an id
-  // that is not live.
-  absl::Status Finish(uint64_t request_id, FinishReason reason);
-  absl::Status Cancel(uint64_t request_id) { return Finish(request_id, FinishReason::kCancelled); }
+  // client goes away (kCancelled), when it matched a stop string (kStop), or for any
+  // reason of its own; the returned update (no token, the reason, usage) is the request's
+  // final one. A request ended between Schedule and Update is skipped by that Update.
+  // NOT_FOUND for an id that is not live; INVALID_ARGUMENT for kNone.
+  absl::StatusOr<RequestUpdate> Finish(uint64_t request_id, FinishReason reason);
+  absl::StatusOr<RequestUpdate> Cancel(uint64_t request_id) {
+    return Finish(request_id, FinishReason::kCancelled);
+  }
 
   // Plans the next step. May return a plan with no sequences (nothing can run); such a
   // plan needs no Update. A plan with sequences must be answered by Update before the
@@ -151,6 +154,8 @@ class Scheduler {
   Request* PreemptNewest();
   // Frees a request's row and pages and forgets it.
   void Release(Request* request);
+  // A token-less update ending the request with `reason`, with its usage.
+  static RequestUpdate FinalUpdate(const Request& request, FinishReason reason);
   FinishReason CheckFinished(const Request& request, int32_t token, int32_t* matched) const;
   // Cuts the request's run into the plan and advances its computed tokens.
   ScheduledSequence MakeSequence(const Scheduled& scheduled, uint64_t step_id);

@@ -452,14 +452,22 @@ TEST(SchedulerTest, CancelFreesRowAndPagesAtOnce) {
   ASSERT_TRUE(scheduler->Cancel(2).ok());  // running: row and 2 pages back now
   EXPECT_EQ(scheduler->counters().rows_free, 1);
   EXPECT_EQ(scheduler->counters().pages_used, 6);
-  EXPECT_EQ(scheduler->Cancel(2).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler->Cancel(2).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler->Finish(1, FinishReason::kNone).status().code(),
+            absl::StatusCode::kInvalidArgument);
 
   // Mid-step: 3 is cancelled after the plan was made; its result is skipped. The engine
   // ends 4 for a stop string the same way.
   StepPlan plan = scheduler->Schedule();
   EXPECT_THAT(Ids(plan), ElementsAre(1, 3, 4));
   ASSERT_TRUE(scheduler->Cancel(3).ok());
-  ASSERT_TRUE(scheduler->Finish(4, FinishReason::kStop).ok());
+  absl::StatusOr<RequestUpdate> stopped = scheduler->Finish(4, FinishReason::kStop);
+  ASSERT_TRUE(stopped.ok());
+  // Its final update: no token, the engine's reason, usage of 3 prompt + 1 output tokens.
+  EXPECT_FALSE(stopped->token.has_value());
+  EXPECT_EQ(stopped->finish_reason, FinishReason::kStop);
+  EXPECT_EQ(stopped->num_prompt_tokens, 3);
+  EXPECT_EQ(stopped->num_output_tokens, 1);
   std::vector<RequestUpdate> updates = Apply(*scheduler, plan);
   ASSERT_EQ(updates.size(), 1u);
   EXPECT_EQ(updates[0].request_id, 1u);
