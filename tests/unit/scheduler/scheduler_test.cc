@@ -424,18 +424,20 @@ TEST(SchedulerTest, FinishesAtMaxModelLen) {
   ASSERT_TRUE(scheduler->AddRequest(Req(1, 5, 0)).ok());   // up to the limit: 3 outputs
   ASSERT_TRUE(scheduler->AddRequest(Req(2, 5, 10)).ok());  // capped by the limit: 3
   ASSERT_TRUE(scheduler->AddRequest(Req(3, 5, 2)).ok());   // max_tokens first: 2
+  ASSERT_TRUE(scheduler->AddRequest(Req(4, 7, 0)).ok());   // the longest prompt: 1 output
   std::vector<RequestUpdate> all = Drain(*scheduler);
-  int32_t outputs[4] = {0, 0, 0, 0};
+  int32_t outputs[5] = {0, 0, 0, 0, 0};
   for (const RequestUpdate& update : all) {
     if (update.token) ++outputs[update.request_id];
     if (update.finish_reason != FinishReason::kNone) {
       EXPECT_EQ(update.finish_reason, FinishReason::kLength);
-      EXPECT_EQ(update.num_prompt_tokens, 5);
+      EXPECT_EQ(update.num_prompt_tokens, update.request_id == 4 ? 7 : 5);
     }
   }
   EXPECT_EQ(outputs[1], 3);
   EXPECT_EQ(outputs[2], 3);
   EXPECT_EQ(outputs[3], 2);
+  EXPECT_EQ(outputs[4], 1);
   ExpectPoolsFull(*scheduler);
 }
 
@@ -545,6 +547,27 @@ TEST(SchedulerTest, SampledSequencesCarryParamsRngStepAndPenaltyHistory) {
     EXPECT_TRUE(plan.sequences[1].history.empty());
     Apply(*scheduler, plan);
   }
+  ExpectPoolsFull(*scheduler);
+}
+
+TEST(SchedulerTest, CountersFollowTheSteps) {
+  auto scheduler = Make(SmallConfig());
+  ASSERT_TRUE(scheduler->AddRequest(Req(1, 5, 2)).ok());
+  ASSERT_TRUE(scheduler->AddRequest(Req(2, 3, 1)).ok());
+  SchedulerCounters counters = scheduler->counters();
+  EXPECT_EQ(counters.waiting, 2);
+  EXPECT_EQ(counters.running, 0);
+  // Step 1: prompts 5 + 3 = 8 tokens; request 2 finishes with its only token.
+  Apply(*scheduler, scheduler->Schedule());
+  // Step 2: one decode of request 1, its last token.
+  Apply(*scheduler, scheduler->Schedule());
+  scheduler->Schedule();  // nothing left: an empty plan, not a step
+  counters = scheduler->counters();
+  EXPECT_EQ(counters.steps, 2);
+  EXPECT_EQ(counters.tokens_scheduled, 9);
+  EXPECT_EQ(counters.tokens_scheduled_last_step, 0);
+  EXPECT_EQ(counters.preemptions, 0);
+  EXPECT_FALSE(scheduler->HasUnfinishedRequests());
   ExpectPoolsFull(*scheduler);
 }
 
