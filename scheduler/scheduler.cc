@@ -11,10 +11,10 @@ namespace coil {
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerConfig& config) {
   COIL_RETURN_IF_ERROR_CONTEXT(config.Validate(), "scheduler config");
-  return std::unique_ptr<Scheduler>(new Scheduler(config));
+  return std::make_unique<Scheduler>(ValidatedTag(), config);
 }
 
-Scheduler::Scheduler(const SchedulerConfig& config)
+Scheduler::Scheduler(ValidatedTag, const SchedulerConfig& config)
     : config_(config),
       rows_(config.state_rows),
       pages_(config.uses_kv_pages() ? config.kv_pages : 0, config.block_size) {}

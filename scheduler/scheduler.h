@@ -75,8 +75,16 @@ struct SchedulerCounters {
 };
 
 class Scheduler {
+  // Only Create, which validates the config, can name it (the passkey idiom).
+  struct ValidatedTag {
+    explicit ValidatedTag() = default;
+  };
+
  public:
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const SchedulerConfig& config);
+  Scheduler(ValidatedTag, const SchedulerConfig& config);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a request (first come, first served). Refuses with INVALID_ARGUMENT a request
   // that could never run (empty prompt, prompt at or over max_model_len, prompt plus
@@ -139,8 +147,6 @@ class Scheduler {
     Request* request;
     int32_t num_tokens;
   };
-
-  explicit Scheduler(const SchedulerConfig& config);
 
   // One token from carried state: the request's next step is exactly its last token.
   static bool IsDecode(const Request& request);
