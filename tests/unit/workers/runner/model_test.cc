@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/unit/workers/runner/reference_model.h"
+#include "tests/unit/workers/runner/test_models.h"
 #include "workers/comm/single_rank_communicator.h"
 #include "workers/model/checkpoint.h"
 #include "workers/model/mamba2_model.h"
@@ -33,38 +35,9 @@ using model::DType;
 
 std::string TempDir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() /
-                       ("coil_model_test_" + std::to_string(::getpid()) + "_" + name);
+                       absl::StrCat("coil_model_test_", ::getpid(), "_", name);
   fs::create_directories(dir);
   return dir.string();
-}
-
-// coil-make-model's realistic scales (weights N(0, 0.02)) leave the mixers' share of the
-// logits near 1e-3 of the embedding's, too small for a 1e-5 comparison to notice an error
-// inside a mixer (swapping B and C went unseen). The projections are scaled by 16 (a power
-// of two: exact in every dtype) so that each mixer moves the residual stream by O(1).
-void Amplify(std::vector<model::TensorData>& tensors) {
-  for (model::TensorData& t : tensors) {
-    const bool scaled = t.name.find("in_proj") != std::string::npos ||
-                        t.name.find("out_proj") != std::string::npos ||
-                        t.name.find("conv1d.weight") != std::string::npos;
-    if (!scaled) continue;
-    if (t.dtype == DType::kF32) {
-      for (size_t i = 0; i + 4 <= t.bytes.size(); i += 4) {
-        float v;
-        std::memcpy(&v, &t.bytes[i], 4);
-        v *= 16.0f;
-        std::memcpy(&t.bytes[i], &v, 4);
-      }
-    } else {  // bf16 and f16: add 4 to the exponent field of every non-zero value
-      const int shift = t.dtype == DType::kBF16 ? 7 : 10;
-      for (size_t i = 0; i + 2 <= t.bytes.size(); i += 2) {
-        uint16_t bits;
-        std::memcpy(&bits, &t.bytes[i], 2);
-        if ((bits & 0x7fff) != 0) bits = static_cast<uint16_t>(bits + (4 << shift));
-        std::memcpy(&t.bytes[i], &bits, 2);
-      }
-    }
-  }
 }
 
 // Writes the tiny shape (8 heads, 2 groups, chunk 8) with `sets` applied.
@@ -81,7 +54,7 @@ std::string WriteTiny(const std::string& name, DType matrix_dtype,
   options.format = format;
   std::vector<model::TensorData> tensors =
       model::RandomModelTensors(*config, matrix_dtype, DType::kF32, 7);
-  Amplify(tensors);
+  testing_reference::Amplify(tensors);
   EXPECT_TRUE(model::WriteModelDirectory(*config, tensors, options, dir).ok());
   return dir;
 }

@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
+#include "tests/unit/workers/runner/test_models.h"
 #include "workers/comm/communicator.h"
 #include "workers/comm/single_rank_communicator.h"
 #include "workers/model/checkpoint.h"
@@ -35,12 +37,12 @@ std::string SharedTinyModel(comm::Communicator& comm, const std::string& name,
     auto config = model::NamedModelShape("tiny");
     for (const auto& [key, value] : sets) EXPECT_TRUE(model::SetModelConfigField(*config, key, value).ok());
     const fs::path dir = fs::temp_directory_path() /
-                         ("coil_tp_test_" + std::to_string(::getpid()) + "_" + name);
+                         absl::StrCat("coil_tp_test_", ::getpid(), "_", name);
     fs::create_directories(dir);
-    EXPECT_TRUE(model::WriteModelDirectory(
-                    *config, model::RandomModelTensors(*config, model::DType::kF32, model::DType::kF32, 3),
-                    model::WriteOptions{}, dir.string())
-                    .ok());
+    std::vector<model::TensorData> tensors =
+        model::RandomModelTensors(*config, model::DType::kF32, model::DType::kF32, 3);
+    testing_reference::Amplify(tensors);
+    EXPECT_TRUE(model::WriteModelDirectory(*config, tensors, model::WriteOptions{}, dir.string()).ok());
     std::snprintf(path, sizeof(path), "%s", dir.c_str());
   }
   EXPECT_TRUE(comm.Broadcast(path, sizeof(path), 0).ok());
@@ -116,7 +118,7 @@ TEST_P(TensorParallelTest, ShardedModelMatchesTheWholeModel) {
   const int ngroups = GetParam();
   auto world = World();
   const std::string dir =
-      SharedTinyModel(*world, "g" + std::to_string(ngroups), {{"ngroups", std::to_string(ngroups)}});
+      SharedTinyModel(*world, absl::StrCat("g", ngroups), {{"ngroups", absl::StrCat(ngroups)}});
   comm::SingleRankCommunicator single;
   auto whole = Build(dir, single);
   auto sharded = Build(dir, *world);
