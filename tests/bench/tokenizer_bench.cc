@@ -9,8 +9,8 @@
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
-#include <memory>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -40,8 +40,9 @@ const std::string& EnglishProse() {
     if (text.empty()) {
       // Not Debian: a fallback paragraph, repeated.
       for (int i = 0; i < 2000; ++i) {
-        text += "The engine turns each prompt into tokens, schedules the work, and streams "
-                 "the generated text back to the client as soon as it is stable. ";
+        text +=
+            "The engine turns each prompt into tokens, schedules the work, and streams "
+            "the generated text back to the client as soon as it is stable. ";
       }
     }
     return text;

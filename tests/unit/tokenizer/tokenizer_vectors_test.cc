@@ -6,8 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <atomic>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
