@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -186,6 +187,69 @@ TEST_F(GptNeoxTest, EncodesConcurrently) {
   }
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(mismatches.load(), 0);
+}
+
+// Invariant on random id sequences: byte tokens (which cut UTF-8 sequences anywhere),
+// special tokens and ordinary ones, mixed. Streaming must equal the full decode.
+TEST_F(GptNeoxTest, StreamingEqualsDecodeOnRandomIds) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 500; ++trial) {
+    std::vector<int32_t> ids;
+    const int count = 1 + static_cast<int>(rng() % 16);
+    for (int i = 0; i < count; ++i) {
+      switch (rng() % 4) {
+        case 0:  // a byte token: GPT-NeoX ids 0..255 of the vocabulary are mostly bytes
+          ids.push_back(static_cast<int32_t>(2 + rng() % 254));
+          break;
+        case 1:
+          ids.push_back(static_cast<int32_t>(rng() % 2));  // <|endoftext|>, <|padding|>
+          break;
+        default:
+          ids.push_back(static_cast<int32_t>(rng() % tokenizer_->vocab_size()));
+      }
+    }
+    for (const bool skip : {false, true}) {
+      ASSERT_EQ(Stream(ids, skip), tokenizer_->Decode(ids, skip).value())
+          << testing::PrintToString(ids);
+    }
+  }
+}
+
+// Invariant on random text from NFC-stable fragments: decoding the encoding gives the
+// text back unchanged.
+TEST_F(GptNeoxTest, RoundTripOnRandomText) {
+  const std::vector<std::string> fragments = {"the",
+                                              " The",
+                                              "'s",
+                                              "'LL",
+                                              " ",
+                                              "  ",
+                                              "   ",
+                                              "\t",
+                                              "\n",
+                                              "\r\n",
+                                              "42",
+                                              "!?",
+                                              "...",
+                                              "\xC3\xA9",
+                                              "\xE4\xB8\xAD",
+                                              "\xF0\x9F\x98\x80",
+                                              "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD",
+                                              "<|endoftext|>",
+                                              "<|padding|>",
+                                              "<|endoftext",
+                                              "\xC2\xA0",
+                                              "\xE3\x80\x80",
+                                              "\x01",
+                                              "x"};
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string text;
+    const int count = static_cast<int>(rng() % 24);
+    for (int i = 0; i < count; ++i) text += fragments[rng() % fragments.size()];
+    const std::vector<int32_t> ids = tokenizer_->Encode(text).value();
+    ASSERT_EQ(tokenizer_->Decode(ids).value(), text) << Json(text).dump();
+  }
 }
 
 TEST(ShippedTokenizerTest, IsFoundFromTheBuildTree) {
