@@ -63,9 +63,9 @@ TEST_P(AllReduceTest, IsTheRankOrderSumBitForBitOnEveryRank) {
   EXPECT_EQ((*comm)->rank(), rank);
   EXPECT_EQ((*comm)->size(), ranks);
 
-  // Counts around the kAuto switch (4096) and segments that are empty (1 < ranks) or uneven.
+  // Counts around the kAuto switch (16384), segments empty (count 1 < ranks) or uneven.
   for (size_t count :
-       {size_t{1}, size_t{3}, size_t{1000}, size_t{4096}, size_t{4097}, size_t{65537}}) {
+       {size_t{1}, size_t{3}, size_t{1000}, size_t{16384}, size_t{16385}, size_t{65537}}) {
     std::vector<float> data(count);
     for (size_t i = 0; i < count; ++i) data[i] = Input(rank, i);
     const absl::Status status = (*comm)->AllReduceSum(data.data(), count);
