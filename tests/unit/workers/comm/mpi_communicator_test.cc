@@ -198,6 +198,18 @@ TEST(MpiCommunicatorTest, BarrierWaitsForTheLastRank) {
   EXPECT_GE(left_ns, arrived_ns);
 }
 
+TEST(MpiCommunicatorTest, MpiErrorsReturnInsteadOfAbortingTheJob) {
+  absl::StatusOr<std::unique_ptr<MpiCommunicator>> comm = MpiCommunicator::Create({});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  // A negative count is rejected by every rank before anything is sent; with the default
+  // MPI_ERRORS_ARE_FATAL this would end the job.
+  char byte = 0;
+  const absl::Status status =
+      MpiStatus(MPI_Bcast(&byte, -1, MPI_BYTE, 0, (*comm)->comm()), "MPI_Bcast");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(status.message().find("MPI_Bcast failed"), absl::string_view::npos) << status;
+}
+
 TEST(MpiCommunicatorTest, FactoryGivesTheWorld) {
   CommunicatorOptions options;
   options.kind = CommunicatorKind::kMpi;
