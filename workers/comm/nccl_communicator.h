@@ -9,6 +9,7 @@
 #include <nccl.h>
 
 #include <memory>
+#include <utility>
 #include <type_traits>
 
 #include "absl/status/statusor.h"
