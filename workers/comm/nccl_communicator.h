@@ -9,8 +9,8 @@
 #include <nccl.h>
 
 #include <memory>
-#include <utility>
 #include <type_traits>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "workers/comm/communicator.h"
