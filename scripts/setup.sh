@@ -18,6 +18,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   # CPU matmuls (bf16 on AVX-512 BF16) and JSON (configs, safetensors headers, tokenizer.json)
   libdnnl-dev nlohmann-json3-dev
+  # the Prometheus /metrics endpoint (HTTP) and the Kubernetes manifest check
+  libcpp-httplib-dev yamllint shellcheck
 )
 
 check_only=0
