@@ -11,10 +11,10 @@ namespace coil {
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerConfig& config) {
   COIL_RETURN_IF_ERROR_CONTEXT(config.Validate(), "scheduler config");
-  return std::unique_ptr<Scheduler>(new Scheduler(config));
+  return std::make_unique<Scheduler>(ValidatedTag(), config);
 }
 
-Scheduler::Scheduler(const SchedulerConfig& config)
+Scheduler::Scheduler(ValidatedTag, const SchedulerConfig& config)
     : config_(config),
       rows_(config.state_rows),
       pages_(config.uses_kv_pages() ? config.kv_pages : 0, config.block_size) {}
@@ -72,14 +72,18 @@ absl::Status Scheduler::AddRequest(NewRequest new_request) {
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::Finish(uint64_t request_id, FinishReason reason) {
+absl::StatusOr<RequestUpdate> Scheduler::Finish(uint64_t request_id, FinishReason reason) {
+  if (reason == FinishReason::kNone) {
+    return absl::InvalidArgumentError("finishing a request needs a reason other than kNone");
+  }
   auto it = requests_.find(request_id);
   if (it == requests_.end()) {
     return absl::NotFoundError(
         absl::StrCat("request id ", request_id, " is not live (finished or never added)"));
   }
+  RequestUpdate update = FinalUpdate(*it->second, reason);
   Release(it->second.get());
-  return absl::OkStatus();
+  return update;
 }
 
 std::optional<RequestPhase> Scheduler::Phase(uint64_t request_id) const {
@@ -251,6 +255,15 @@ ScheduledSequence Scheduler::MakeSequence(const Scheduled& scheduled, uint64_t s
   return sequence;
 }
 
+RequestUpdate Scheduler::FinalUpdate(const Request& request, FinishReason reason) {
+  RequestUpdate update;
+  update.request_id = request.id;
+  update.finish_reason = reason;
+  update.num_prompt_tokens = request.num_prompt_tokens;
+  update.num_output_tokens = request.num_output_tokens();
+  return update;
+}
+
 FinishReason Scheduler::CheckFinished(const Request& request, int32_t token,
                                       int32_t* matched) const {
   // A stop or EOS token says why the text ended, so it wins over a length limit reached
@@ -276,12 +289,8 @@ std::vector<RequestUpdate> Scheduler::FailStep(const StepPlan& plan, const absl:
   for (const ScheduledSequence& sequence : plan.sequences) {
     auto it = requests_.find(sequence.request_id);
     if (it == requests_.end() || it->second->scheduled_step != plan.step_id) continue;
-    RequestUpdate update;
-    update.request_id = sequence.request_id;
-    update.finish_reason = FinishReason::kError;
+    RequestUpdate update = FinalUpdate(*it->second, FinishReason::kError);
     update.error = error;
-    update.num_prompt_tokens = it->second->num_prompt_tokens;
-    update.num_output_tokens = it->second->num_output_tokens();
     Release(it->second.get());
     updates.push_back(std::move(update));
   }

@@ -75,8 +75,16 @@ struct SchedulerCounters {
 };
 
 class Scheduler {
+  // Only Create, which validates the config, can name it (the passkey idiom).
+  struct ValidatedTag {
+    explicit ValidatedTag() = default;
+  };
+
  public:
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const SchedulerConfig& config);
+  Scheduler(ValidatedTag, const SchedulerConfig& config);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a request (first come, first served). Refuses with INVALID_ARGUMENT a request
   // that could never run (empty prompt, prompt at or over max_model_len, prompt plus
@@ -85,11 +93,14 @@ class Scheduler {
   absl::Status AddRequest(NewRequest request);
 
   // Ends a live request at once and frees its row and pages. The engine calls it when a
-  // client goes away (kCancelled) or when it matched a stop string (kStop). A request
-  // ended between Schedule and Update is skipped by that Update. NOT_FOUND for an id
-  // that is not live.
-  absl::Status Finish(uint64_t request_id, FinishReason reason);
-  absl::Status Cancel(uint64_t request_id) { return Finish(request_id, FinishReason::kCancelled); }
+  // client goes away (kCancelled), when it matched a stop string (kStop), or for any
+  // reason of its own; the returned update (no token, the reason, usage) is the request's
+  // final one. A request ended between Schedule and Update is skipped by that Update.
+  // NOT_FOUND for an id that is not live; INVALID_ARGUMENT for kNone.
+  absl::StatusOr<RequestUpdate> Finish(uint64_t request_id, FinishReason reason);
+  absl::StatusOr<RequestUpdate> Cancel(uint64_t request_id) {
+    return Finish(request_id, FinishReason::kCancelled);
+  }
 
   // Plans the next step. May return a plan with no sequences (nothing can run); such a
   // plan needs no Update. A plan with sequences must be answered by Update before the
@@ -137,8 +148,6 @@ class Scheduler {
     int32_t num_tokens;
   };
 
-  explicit Scheduler(const SchedulerConfig& config);
-
   // One token from carried state: the request's next step is exactly its last token.
   static bool IsDecode(const Request& request);
   // The longest run of `request`'s pending tokens within `budget` that ends at an SSD
@@ -151,6 +160,8 @@ class Scheduler {
   Request* PreemptNewest();
   // Frees a request's row and pages and forgets it.
   void Release(Request* request);
+  // A token-less update ending the request with `reason`, with its usage.
+  static RequestUpdate FinalUpdate(const Request& request, FinishReason reason);
   FinishReason CheckFinished(const Request& request, int32_t token, int32_t* matched) const;
   // Cuts the request's run into the plan and advances its computed tokens.
   ScheduledSequence MakeSequence(const Scheduled& scheduled, uint64_t step_id);

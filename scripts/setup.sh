@@ -20,6 +20,9 @@ PACKAGES=(
   libdnnl-dev nlohmann-json3-dev
   # tokenizer: NFC normalization and Unicode character categories
   libicu-dev
+
+  # the Prometheus /metrics endpoint (HTTP) and the Kubernetes manifest check
+  libcpp-httplib-dev yamllint shellcheck
 )
 
 check_only=0

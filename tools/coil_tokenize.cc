@@ -28,8 +28,8 @@ namespace {
 using Json = nlohmann::json;
 
 // Converts one input line; on bad input returns false with `error` set.
-bool ConvertLine(const coil::tokenizer::Tokenizer& tokenizer, const std::string& line,
-                 bool decode, bool skip_special, std::string* output, std::string* error) {
+bool ConvertLine(const coil::tokenizer::Tokenizer& tokenizer, const std::string& line, bool decode,
+                 bool skip_special, std::string* output, std::string* error) {
   const Json value = Json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) {
     *error = "not valid JSON";
@@ -54,8 +54,7 @@ bool ConvertLine(const coil::tokenizer::Tokenizer& tokenizer, const std::string&
   }
   std::vector<int32_t> ids;
   for (const Json& id : value) {
-    if (!id.is_number_integer() || id.get<int64_t>() < INT32_MIN ||
-        id.get<int64_t>() > INT32_MAX) {
+    if (!id.is_number_integer() || id.get<int64_t>() < INT32_MIN || id.get<int64_t>() > INT32_MAX) {
       *error = absl::StrCat("token id ", id.dump(), " is not a 32-bit integer");
       return false;
     }

@@ -13,6 +13,15 @@ namespace {
 constexpr char kSamplePlan = 'S';
 constexpr char kLogitsPlan = 'L';
 
+// The kind byte, then the encoded plan.
+std::string Message(char kind, const std::string& bytes) {
+  std::string message;
+  message.reserve(bytes.size() + 1);
+  message.push_back(kind);
+  message.append(bytes);
+  return message;
+}
+
 }  // namespace
 
 StepResult ExecuteDecodedPlan(ModelRunner& runner, comm::Communicator& comm,
@@ -33,7 +42,7 @@ StepResult StepDriver::Run(const StepPlan& plan) {
   last_step_id_ = plan.step_id;
   const std::string bytes = EncodeStepPlan(plan);
   if (channel_ != nullptr) {
-    const absl::Status sent = channel_->Send(std::string(1, kSamplePlan) + bytes);
+    const absl::Status sent = channel_->Send(Message(kSamplePlan, bytes));
     if (!sent.ok()) {
       StepResult result;
       result.step_id = plan.step_id;
@@ -48,7 +57,7 @@ StepResult StepDriver::Run(const StepPlan& plan) {
 
 absl::StatusOr<std::vector<float>> StepDriver::RunAllLogits(const StepPlan& plan) {
   const std::string bytes = EncodeStepPlan(plan);
-  if (channel_ != nullptr) COIL_RETURN_IF_ERROR(channel_->Send(std::string(1, kLogitsPlan) + bytes));
+  if (channel_ != nullptr) COIL_RETURN_IF_ERROR(channel_->Send(Message(kLogitsPlan, bytes)));
   COIL_ASSIGN_OR_RETURN(StepPlan decoded, DecodeStepPlan(bytes));
   return runner_.ExecuteAllLogits(decoded);
 }
@@ -58,7 +67,7 @@ absl::Status StepDriver::Shutdown() {
   StepPlan plan;
   plan.step_id = last_step_id_ + 1;
   plan.shutdown = true;
-  return channel_->Send(std::string(1, kSamplePlan) + EncodeStepPlan(plan));
+  return channel_->Send(Message(kSamplePlan, EncodeStepPlan(plan)));
 }
 
 absl::Status RunWorkerLoop(ModelRunner& runner, comm::Communicator& comm,

@@ -56,8 +56,8 @@ class AddedTokenMatcher {
   int32_t LongestMatchAt(absl::string_view text, size_t pos, size_t* length) const;
   int32_t Child(int32_t node, unsigned char byte) const;
 
-  std::vector<Node> nodes_;                            // node 0 is the root
-  std::array<int32_t, 256> root_children_;             // -1: no token starts with that byte
+  std::vector<Node> nodes_;                          // node 0 is the root
+  std::array<int32_t, 256> root_children_;           // -1: no token starts with that byte
   absl::flat_hash_map<uint64_t, int32_t> children_;  // (node << 8 | byte) -> node
 };
 

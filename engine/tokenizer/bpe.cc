@@ -4,7 +4,6 @@
 #include <limits>
 #include <utility>
 
-
 namespace coil::tokenizer {
 
 BpeModel::BpeModel(const std::array<int32_t, 256>& byte_tokens,

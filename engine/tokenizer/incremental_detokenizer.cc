@@ -7,8 +7,7 @@
 
 namespace coil::tokenizer {
 
-IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
-                                               bool skip_special_tokens)
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens) {}
 
 absl::StatusOr<std::string> IncrementalDetokenizer::Push(int32_t id) {

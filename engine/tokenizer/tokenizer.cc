@@ -15,8 +15,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string
                                                                const TokenizerOptions& options) {
   std::ifstream file(path, std::ios::binary);
   if (!file) {
-    return absl::NotFoundError(absl::StrCat("cannot open tokenizer file ", path,
-                                            "; check the path (--tokenizer FILE)"));
+    return absl::NotFoundError(
+        absl::StrCat("cannot open tokenizer file ", path, "; check the path (--tokenizer FILE)"));
   }
   std::ostringstream contents;
   contents << file.rdbuf();
@@ -65,8 +65,8 @@ std::optional<int32_t> Tokenizer::AddedTokenId(absl::string_view content) const 
 
 absl::StatusOr<absl::string_view> Tokenizer::TokenBytes(int32_t id) const {
   if (id < 0 || id >= vocab_size() || !present_[static_cast<size_t>(id)]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "token id ", id, " names no token; ids are in [0, ", vocab_size(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("token id ", id, " names no token; ids are in [0, ", vocab_size(), ")"));
   }
   return absl::string_view(token_bytes_[static_cast<size_t>(id)]);
 }
@@ -86,8 +86,7 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text) c
   return ids;
 }
 
-absl::Status Tokenizer::EncodeSegment(absl::string_view segment,
-                                      std::vector<int32_t>* ids) const {
+absl::Status Tokenizer::EncodeSegment(absl::string_view segment, std::vector<int32_t>* ids) const {
   std::string normalized;
   if (nfc_ && !IsNfc(segment)) {
     COIL_ASSIGN_OR_RETURN(normalized, ToNfc(segment));

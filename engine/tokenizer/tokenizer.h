@@ -31,11 +31,11 @@ class Tokenizer {
  public:
   // Loads a tokenizer.json file. NOT_FOUND when it cannot be read; INVALID_ARGUMENT when
   // it is malformed; UNIMPLEMENTED when it needs a feature coil does not have.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromFile(
-      const std::string& path, const TokenizerOptions& options = {});
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromFile(const std::string& path,
+                                                             const TokenizerOptions& options = {});
   // The same from the file's contents.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(
-      absl::string_view json_text, const TokenizerOptions& options = {});
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(absl::string_view json_text,
+                                                             const TokenizerOptions& options = {});
 
   explicit Tokenizer(TokenizerSpec spec, const TokenizerOptions& options = {});
 

@@ -24,8 +24,9 @@ std::vector<std::string> ShippedTokenizerCandidates() {
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
   if (!error) {
     const std::filesystem::path dir = exe.parent_path();
-    candidates.push_back(
-        (dir / ".." / "share" / "coil" / "gpt-neox-20b" / "tokenizer.json").lexically_normal().string());
+    candidates.push_back((dir / ".." / "share" / "coil" / "gpt-neox-20b" / "tokenizer.json")
+                             .lexically_normal()
+                             .string());
     candidates.push_back((dir / "gpt-neox-20b" / "tokenizer.json").string());
   }
 #ifdef COIL_TOKENIZER_SOURCE_FILE
@@ -39,9 +40,9 @@ absl::StatusOr<std::string> ShippedTokenizerPath() {
   for (const std::string& candidate : candidates) {
     if (IsRegularFile(candidate)) return candidate;
   }
-  return absl::NotFoundError(absl::StrCat(
-      "the GPT-NeoX-20B tokenizer.json shipped with coil is not at any of: ",
-      absl::StrJoin(candidates, ", "), "; reinstall coil or pass --tokenizer FILE"));
+  return absl::NotFoundError(
+      absl::StrCat("the GPT-NeoX-20B tokenizer.json shipped with coil is not at any of: ",
+                   absl::StrJoin(candidates, ", "), "; reinstall coil or pass --tokenizer FILE"));
 }
 
 absl::StatusOr<std::string> TokenizerPathForModel(const std::string& model_dir,
@@ -54,8 +55,8 @@ absl::StatusOr<std::string> TokenizerPathForModel(const std::string& model_dir,
   return ShippedTokenizerPath();
 }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(
-    const std::string& model_dir, const std::string& override_path) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& model_dir,
+                                                                 const std::string& override_path) {
   COIL_ASSIGN_OR_RETURN(const std::string path, TokenizerPathForModel(model_dir, override_path));
   COIL_LOG(INFO) << "tokenizer: loading " << path;
   return Tokenizer::FromFile(path);

@@ -29,8 +29,8 @@ absl::StatusOr<std::string> TokenizerPathForModel(const std::string& model_dir,
                                                   const std::string& override_path);
 
 // Loads the file TokenizerPathForModel names.
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(
-    const std::string& model_dir, const std::string& override_path);
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& model_dir,
+                                                                 const std::string& override_path);
 
 }  // namespace coil::tokenizer
 

@@ -286,9 +286,9 @@ absl::StatusOr<TokenizerSpec> ParseTokenizerJson(absl::string_view json_text) {
   const Json& model = root["model"];
   const std::string model_type = TypeOf(model);
   if (model_type != "BPE") {
-    return absl::UnimplementedError(absl::StrCat(
-        "tokenizer.json has model type '", model_type.empty() ? "(none)" : model_type,
-        "'; coil implements the BPE model only; use a BPE tokenizer.json"));
+    return absl::UnimplementedError(
+        absl::StrCat("tokenizer.json has model type '", model_type.empty() ? "(none)" : model_type,
+                     "'; coil implements the BPE model only; use a BPE tokenizer.json"));
   }
   // The vocabulary and merges are checked first: a corrupt file is reported as corrupt,
   // whatever else it contains. Unsupported options are then reported all at once.

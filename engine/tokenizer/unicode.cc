@@ -135,7 +135,7 @@ CharClass ClassOf(char32_t cp) {
       break;
   }
   return u_hasBinaryProperty(static_cast<UChar32>(cp), UCHAR_WHITE_SPACE) ? CharClass::kSpace
-                                                                         : CharClass::kOther;
+                                                                          : CharClass::kOther;
 }
 
 void AppendUtf8(char32_t cp, std::string* out) {
@@ -188,10 +188,10 @@ absl::Status CheckUtf8(absl::string_view text) {
     }
     const size_t length = ValidUtf8Length(text, pos);
     if (length == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "text is not valid UTF-8: byte ", pos, " (0x",
-          absl::Hex(static_cast<unsigned char>(text[pos])),
-          ") does not start a complete UTF-8 sequence; send UTF-8 text"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("text is not valid UTF-8: byte ", pos, " (0x",
+                       absl::Hex(static_cast<unsigned char>(text[pos])),
+                       ") does not start a complete UTF-8 sequence; send UTF-8 text"));
     }
     pos += length;
   }
@@ -203,8 +203,8 @@ bool IsNfc(absl::string_view text) {
   UErrorCode error = U_ZERO_ERROR;
   const icu::Normalizer2* nfc = NfcInstance(&error);
   if (U_FAILURE(error)) return false;
-  const bool normalized =
-      nfc->isNormalizedUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())), error);
+  const bool normalized = nfc->isNormalizedUTF8(
+      icu::StringPiece(text.data(), static_cast<int32_t>(text.size())), error);
   return U_SUCCESS(error) && normalized;
 }
 
@@ -219,8 +219,7 @@ absl::StatusOr<std::string> ToNfc(absl::string_view text) {
                        nullptr, error);
   }
   if (U_FAILURE(error)) {
-    return absl::InternalError(absl::StrCat("NFC normalization failed in ICU: ",
-                                            u_errorName(error),
+    return absl::InternalError(absl::StrCat("NFC normalization failed in ICU: ", u_errorName(error),
                                             "; check that the ICU data library is installed"));
   }
   return result;

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -30,46 +31,46 @@ std::string ReadFile(const std::filesystem::path& path) {
 }
 
 const std::string& EnglishProse() {
-  static const std::string* prose = [] {
-    auto* text = new std::string;
+  static const std::string prose = [] {
+    std::string text;
     for (const char* name : {"GPL-3", "GPL-2", "LGPL-2.1", "GFDL-1.3", "MPL-2.0", "MPL-1.1",
                              "Apache-2.0", "Artistic", "CC0-1.0", "LGPL-3", "GPL-1"}) {
-      *text += ReadFile(std::filesystem::path("/usr/share/common-licenses") / name);
+      text += ReadFile(std::filesystem::path("/usr/share/common-licenses") / name);
     }
-    if (text->empty()) {
+    if (text.empty()) {
       // Not Debian: a fallback paragraph, repeated.
       for (int i = 0; i < 2000; ++i) {
-        *text += "The engine turns each prompt into tokens, schedules the work, and streams "
-                 "the generated text back to the client as soon as it is stable. ";
+        text +=
+            "The engine turns each prompt into tokens, schedules the work, and streams "
+            "the generated text back to the client as soon as it is stable. ";
       }
     }
     return text;
   }();
-  return *prose;
+  return prose;
 }
 
 // Every test string of the reference vectors (many scripts, emoji, code, a long English
 // paragraph), one after another.
 const std::string& MixedText() {
-  static const std::string* text = [] {
-    auto* all = new std::string;
+  static const std::string text = [] {
+    std::string all;
     std::ifstream file(COIL_TOKENIZER_TEST_DATA_DIR "/gpt_neox_vectors.jsonl");
     std::string line;
     while (std::getline(file, line)) {
-      *all += nlohmann::json::parse(line)["text"].get<std::string>() + "\n";
+      all += nlohmann::json::parse(line)["text"].get<std::string>() + "\n";
     }
     return all;
   }();
-  return *text;
+  return text;
 }
 
 const Tokenizer& GptNeox(bool cached) {
-  static const Tokenizer* with_cache =
-      Tokenizer::FromFile(COIL_GPT_NEOX_TOKENIZER).value().release();
-  static const Tokenizer* without_cache =
+  static const std::unique_ptr<Tokenizer> with_cache =
+      Tokenizer::FromFile(COIL_GPT_NEOX_TOKENIZER).value();
+  static const std::unique_ptr<Tokenizer> without_cache =
       Tokenizer::FromFile(COIL_GPT_NEOX_TOKENIZER, TokenizerOptions{.word_cache_entries = 0})
-          .value()
-          .release();
+          .value();
   return cached ? *with_cache : *without_cache;
 }
 

@@ -40,8 +40,8 @@ class MpiCommunicator final : public Communicator {
   struct Options {
     AllReduceAlgorithm all_reduce = AllReduceAlgorithm::kAuto;
     // kAuto with more than 2 ranks: kGatherSum up to this many floats. Measured in
-    // docs/PERFORMANCE.md (communication).
-    size_t gather_sum_max_count = 4096;
+    // docs/PERFORMANCE.md (## Communication): the crossover lay between 6144 and 24576.
+    size_t gather_sum_max_count = 16384;
   };
 
   // Collective over MPI_COMM_WORLD; needs an MpiSession alive for the communicator's life.

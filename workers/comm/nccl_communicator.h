@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <type_traits>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "workers/comm/communicator.h"

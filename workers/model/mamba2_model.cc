@@ -10,10 +10,10 @@ namespace coil::model {
 namespace {
 
 // The checkpoint readers' element type for a kernel dtype.
-model::DType ToStoredType(coil::DType dtype) {
+model::DType ToStoredType(::coil::DType dtype) {
   switch (dtype) {
-    case coil::DType::kBF16: return model::DType::kBF16;
-    case coil::DType::kF16: return model::DType::kF16;
+    case ::coil::DType::kBF16: return model::DType::kBF16;
+    case ::coil::DType::kF16: return model::DType::kF16;
     default: return model::DType::kF32;
   }
 }
@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<Mamba2Model>> Mamba2Model::Load(const Checkpoint&
   return model;
 }
 
-absl::StatusOr<Tensor> Mamba2Model::Upload(std::vector<uint8_t> host, DType dtype,
+absl::StatusOr<Tensor> Mamba2Model::Upload(std::vector<uint8_t> host, ::coil::DType dtype,
                                            std::initializer_list<int64_t> shape) {
   COIL_ASSIGN_OR_RETURN(Buffer buffer, backend_.Allocate(host.size()));
   COIL_RETURN_IF_ERROR(backend_.CopyFromHost(buffer.data(), host.data(), host.size()));
@@ -79,16 +79,16 @@ absl::Status Mamba2Model::LoadWeights(const Checkpoint& checkpoint, const LoadOp
   COIL_ASSIGN_OR_RETURN(TensorInfo in_proj_info,
                         checkpoint.Info(LayerName(0, "mixer.in_proj.weight")));
   switch (options.weight_type) {
-    case WeightType::kF32: weight_dtype_ = DType::kF32; break;
-    case WeightType::kBF16: weight_dtype_ = DType::kBF16; break;
+    case WeightType::kF32: weight_dtype_ = ::coil::DType::kF32; break;
+    case WeightType::kBF16: weight_dtype_ = ::coil::DType::kBF16; break;
     case WeightType::kAuto:
-      weight_dtype_ = in_proj_info.dtype == model::DType::kF32 ? DType::kF32 : DType::kBF16;
+      weight_dtype_ = in_proj_info.dtype == model::DType::kF32 ? ::coil::DType::kF32 : ::coil::DType::kBF16;
       break;
   }
   const size_t wsize = DTypeSize(weight_dtype_);
 
   auto read_rows = [&](const std::string& name, absl::Span<const RowSegment> segments,
-                       int64_t cols, DType dtype) -> absl::StatusOr<std::vector<uint8_t>> {
+                       int64_t cols, ::coil::DType dtype) -> absl::StatusOr<std::vector<uint8_t>> {
     int64_t rows = 0;
     for (const RowSegment& segment : segments) rows += segment.count;
     std::vector<uint8_t> host(static_cast<size_t>(rows * cols) * DTypeSize(dtype));
@@ -98,8 +98,8 @@ absl::Status Mamba2Model::LoadWeights(const Checkpoint& checkpoint, const LoadOp
   };
   auto vector_f32 = [&](const std::string& name, absl::Span<const RowSegment> segments,
                         int64_t count) -> absl::StatusOr<Tensor> {
-    COIL_ASSIGN_OR_RETURN(std::vector<uint8_t> host, read_rows(name, segments, 1, DType::kF32));
-    return Upload(std::move(host), DType::kF32, {count});
+    COIL_ASSIGN_OR_RETURN(std::vector<uint8_t> host, read_rows(name, segments, 1, ::coil::DType::kF32));
+    return Upload(std::move(host), ::coil::DType::kF32, {count});
   };
 
   // The vocab-parallel embedding (and lm_head): this rank's rows of the padded vocab.
@@ -148,9 +148,9 @@ absl::Status Mamba2Model::LoadWeights(const Checkpoint& checkpoint, const LoadOp
     {
       COIL_ASSIGN_OR_RETURN(std::vector<uint8_t> host,
                             read_rows(LayerName(l, "mixer.conv1d.weight"), conv_segments,
-                                      c.d_conv, DType::kF32));
+                                      c.d_conv, ::coil::DType::kF32));
       COIL_ASSIGN_OR_RETURN(layer.conv_weight,
-                            Upload(std::move(host), DType::kF32, {s.conv_channels(), c.d_conv}));
+                            Upload(std::move(host), ::coil::DType::kF32, {s.conv_channels(), c.d_conv}));
     }
     if (c.conv_bias) {
       COIL_ASSIGN_OR_RETURN(layer.conv_bias, vector_f32(LayerName(l, "mixer.conv1d.bias"),
@@ -159,7 +159,7 @@ absl::Status Mamba2Model::LoadWeights(const Checkpoint& checkpoint, const LoadOp
       COIL_ASSIGN_OR_RETURN(
           layer.conv_bias,
           Upload(std::vector<uint8_t>(static_cast<size_t>(s.conv_channels()) * 4, 0),
-                 DType::kF32, {s.conv_channels()}));
+                 ::coil::DType::kF32, {s.conv_channels()}));
     }
     COIL_ASSIGN_OR_RETURN(layer.dt_bias,
                           vector_f32(LayerName(l, "mixer.dt_bias"), {&head_rows, 1}, s.heads()));
@@ -234,7 +234,7 @@ absl::Status Mamba2Model::GroupNorm(const Layer& layer, const Tensor& y, const T
                                     int64_t rows, absl::Status& status,
                                     const std::string& where) {
   const int64_t local_groups = layout_.groups();
-  Tensor sumsq(sumsq_.data(), DType::kF32, {rows, local_groups}, backend_.device());
+  Tensor sumsq(sumsq_.data(), ::coil::DType::kF32, {rows, local_groups}, backend_.device());
   if (status.ok()) status = Annotate(backend_.GatedSumSquares(y, z, local_groups, y, sumsq), where);
   // Whether groups are whole is the same on every rank (heads per rank % heads per group).
   if (!layout_.groups_whole()) {
@@ -291,13 +291,13 @@ absl::Status Mamba2Model::Forward(const StepMetadata& meta, StatePool& pool, boo
   const int64_t bc = layout_.bc_width();
   const float eps = static_cast<float>(config_.norm_epsilon);
 
-  const Tensor ids(ids_.data(), DType::kI32, {rows}, device);
-  const Tensor residual(residual_.data(), DType::kF32, {rows, d}, device);
-  const Tensor normed(normed_.data(), DType::kF32, {rows, d}, device);
-  const Tensor mixer_out(mixer_out_.data(), DType::kF32, {rows, d}, device);
-  const Tensor zxbcdt(zxbcdt_.data(), DType::kF32, {rows, layout_.in_proj_rows()}, device);
-  const Tensor xbc(xbc_.data(), DType::kF32, {rows, cc}, device);
-  const Tensor y(y_.data(), DType::kF32, {rows, e}, device);
+  const Tensor ids(ids_.data(), ::coil::DType::kI32, {rows}, device);
+  const Tensor residual(residual_.data(), ::coil::DType::kF32, {rows, d}, device);
+  const Tensor normed(normed_.data(), ::coil::DType::kF32, {rows, d}, device);
+  const Tensor mixer_out(mixer_out_.data(), ::coil::DType::kF32, {rows, d}, device);
+  const Tensor zxbcdt(zxbcdt_.data(), ::coil::DType::kF32, {rows, layout_.in_proj_rows()}, device);
+  const Tensor xbc(xbc_.data(), ::coil::DType::kF32, {rows, cc}, device);
+  const Tensor y(y_.data(), ::coil::DType::kF32, {rows, e}, device);
   const Tensor z = zxbcdt.Columns(0, e);
   const Tensor xbc_in = zxbcdt.Columns(e, cc);
   const Tensor dt = zxbcdt.Columns(e + cc, h);
@@ -346,11 +346,11 @@ absl::Status Mamba2Model::Forward(const StepMetadata& meta, StatePool& pool, boo
                                                      sampled * d);
     COIL_RETURN_IF_ERROR(backend_.CopyFromHost(sample_ids, meta.sample_rows.data(),
                                                static_cast<size_t>(sampled) * 4));
-    head_in = Tensor(sampled_.data(), DType::kF32, {sampled, d}, device);
-    COIL_RETURN_IF_ERROR(backend_.Embedding(Tensor(sample_ids, DType::kI32, {sampled}, device),
+    head_in = Tensor(sampled_.data(), ::coil::DType::kF32, {sampled, d}, device);
+    COIL_RETURN_IF_ERROR(backend_.Embedding(Tensor(sample_ids, ::coil::DType::kI32, {sampled}, device),
                                             normed, 0, head_in));
   }
-  const Tensor out(logits_.data(), DType::kF32, {sampled, layout_.vocab.size()}, device);
+  const Tensor out(logits_.data(), ::coil::DType::kF32, {sampled, layout_.vocab.size()}, device);
   COIL_RETURN_IF_ERROR(backend_.Matmul(head_in, lm_head_, out));
   logits.resize(static_cast<size_t>(out.numel()));
   return backend_.CopyToHost(logits.data(), out.raw(), logits.size() * 4);

@@ -58,7 +58,7 @@ class Mamba2Model {
 
   const ModelConfig& config() const { return config_; }
   const ShardLayout& layout() const { return layout_; }
-  DType weight_dtype() const { return weight_dtype_; }
+  ::coil::DType weight_dtype() const { return weight_dtype_; }
   // Bytes of weights this rank holds.
   size_t weight_bytes() const { return weight_bytes_; }
   // The state pool shape this rank needs for `state_rows` sequences.
@@ -88,7 +88,7 @@ class Mamba2Model {
       : config_(config), layout_(layout), backend_(backend), comm_(comm) {}
 
   absl::Status LoadWeights(const Checkpoint& checkpoint, const LoadOptions& options);
-  absl::StatusOr<Tensor> Upload(std::vector<uint8_t> host, DType dtype,
+  absl::StatusOr<Tensor> Upload(std::vector<uint8_t> host, ::coil::DType dtype,
                                 std::initializer_list<int64_t> shape);
   absl::Status EnsureScratch(int64_t rows, int64_t sampled_rows);
   absl::Status AllReduce(const Tensor& t);
@@ -100,7 +100,7 @@ class Mamba2Model {
   ShardLayout layout_;
   Backend& backend_;
   comm::Communicator& comm_;
-  DType weight_dtype_ = DType::kF32;
+  ::coil::DType weight_dtype_ = ::coil::DType::kF32;
   size_t weight_bytes_ = 0;
   float mixer_norm_eps_ = 1e-5f;
 

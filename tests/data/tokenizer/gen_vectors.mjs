@@ -165,9 +165,23 @@ for (let i = 0; i < 90; ++i) {
   mixtures.push(text);
 }
 
+// Words longer than 48 bytes, which take the priority-queue merge path.
+const longWords = [
+  '9'.repeat(120),
+  '31415926535897932384626433832795028841971693993751058209749445923078164062862089986280348',
+  '!'.repeat(100),
+  '=-'.repeat(60),
+  'Pneumonoultramicroscopicsilicovolcanoconiosis'.repeat(3),
+  'aGVsbG8gd29ybGQgdGhpcyBpcyBhIGJhc2U2NCBibG9iIHRoYXQgZ29lcyBvbiBhbmQgb24gYW5kIG9u',
+  'https://example.com/a/very/long/path/with/many/segments/and/a/query?x=1&y=2&z=3',
+  '中文'.repeat(40),
+  'é'.repeat(30),
+];
+
 const texts = [
   '', ...prose, ...code, ...spaces, ...whitespace, ...numbers, ...punctuation,
-  ...contractions, ...accents, ...scripts, ...emoji, ...controls, ...special, longParagraph,
+  ...contractions, ...accents, ...scripts, ...emoji, ...controls, ...special, ...longWords,
+  longParagraph,
   ...mixtures,
 ];
 

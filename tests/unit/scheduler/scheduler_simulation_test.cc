@@ -257,7 +257,10 @@ class Simulation {
     if (live_.empty() || !Chance(0.03)) return;
     const uint64_t id = RandomLive();
     const FinishReason reason = Chance(0.5) ? FinishReason::kCancelled : FinishReason::kStop;
-    ASSERT_TRUE(scheduler_->Finish(id, reason).ok());
+    absl::StatusOr<RequestUpdate> update = scheduler_->Finish(id, reason);
+    ASSERT_TRUE(update.ok()) << update.status();
+    ASSERT_EQ(update->finish_reason, reason);
+    ASSERT_EQ(update->num_output_tokens, static_cast<int32_t>(requests_[id].streamed.size()));
     Release(id, reason);
   }
 

@@ -424,18 +424,20 @@ TEST(SchedulerTest, FinishesAtMaxModelLen) {
   ASSERT_TRUE(scheduler->AddRequest(Req(1, 5, 0)).ok());   // up to the limit: 3 outputs
   ASSERT_TRUE(scheduler->AddRequest(Req(2, 5, 10)).ok());  // capped by the limit: 3
   ASSERT_TRUE(scheduler->AddRequest(Req(3, 5, 2)).ok());   // max_tokens first: 2
+  ASSERT_TRUE(scheduler->AddRequest(Req(4, 7, 0)).ok());   // the longest prompt: 1 output
   std::vector<RequestUpdate> all = Drain(*scheduler);
-  int32_t outputs[4] = {0, 0, 0, 0};
+  int32_t outputs[5] = {0, 0, 0, 0, 0};
   for (const RequestUpdate& update : all) {
     if (update.token) ++outputs[update.request_id];
     if (update.finish_reason != FinishReason::kNone) {
       EXPECT_EQ(update.finish_reason, FinishReason::kLength);
-      EXPECT_EQ(update.num_prompt_tokens, 5);
+      EXPECT_EQ(update.num_prompt_tokens, update.request_id == 4 ? 7 : 5);
     }
   }
   EXPECT_EQ(outputs[1], 3);
   EXPECT_EQ(outputs[2], 3);
   EXPECT_EQ(outputs[3], 2);
+  EXPECT_EQ(outputs[4], 1);
   ExpectPoolsFull(*scheduler);
 }
 
@@ -452,14 +454,22 @@ TEST(SchedulerTest, CancelFreesRowAndPagesAtOnce) {
   ASSERT_TRUE(scheduler->Cancel(2).ok());  // running: row and 2 pages back now
   EXPECT_EQ(scheduler->counters().rows_free, 1);
   EXPECT_EQ(scheduler->counters().pages_used, 6);
-  EXPECT_EQ(scheduler->Cancel(2).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler->Cancel(2).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler->Finish(1, FinishReason::kNone).status().code(),
+            absl::StatusCode::kInvalidArgument);
 
   // Mid-step: 3 is cancelled after the plan was made; its result is skipped. The engine
   // ends 4 for a stop string the same way.
   StepPlan plan = scheduler->Schedule();
   EXPECT_THAT(Ids(plan), ElementsAre(1, 3, 4));
   ASSERT_TRUE(scheduler->Cancel(3).ok());
-  ASSERT_TRUE(scheduler->Finish(4, FinishReason::kStop).ok());
+  absl::StatusOr<RequestUpdate> stopped = scheduler->Finish(4, FinishReason::kStop);
+  ASSERT_TRUE(stopped.ok());
+  // Its final update: no token, the engine's reason, usage of 3 prompt + 1 output tokens.
+  EXPECT_FALSE(stopped->token.has_value());
+  EXPECT_EQ(stopped->finish_reason, FinishReason::kStop);
+  EXPECT_EQ(stopped->num_prompt_tokens, 3);
+  EXPECT_EQ(stopped->num_output_tokens, 1);
   std::vector<RequestUpdate> updates = Apply(*scheduler, plan);
   ASSERT_EQ(updates.size(), 1u);
   EXPECT_EQ(updates[0].request_id, 1u);
@@ -537,6 +547,27 @@ TEST(SchedulerTest, SampledSequencesCarryParamsRngStepAndPenaltyHistory) {
     EXPECT_TRUE(plan.sequences[1].history.empty());
     Apply(*scheduler, plan);
   }
+  ExpectPoolsFull(*scheduler);
+}
+
+TEST(SchedulerTest, CountersFollowTheSteps) {
+  auto scheduler = Make(SmallConfig());
+  ASSERT_TRUE(scheduler->AddRequest(Req(1, 5, 2)).ok());
+  ASSERT_TRUE(scheduler->AddRequest(Req(2, 3, 1)).ok());
+  SchedulerCounters counters = scheduler->counters();
+  EXPECT_EQ(counters.waiting, 2);
+  EXPECT_EQ(counters.running, 0);
+  // Step 1: prompts 5 + 3 = 8 tokens; request 2 finishes with its only token.
+  Apply(*scheduler, scheduler->Schedule());
+  // Step 2: one decode of request 1, its last token.
+  Apply(*scheduler, scheduler->Schedule());
+  scheduler->Schedule();  // nothing left: an empty plan, not a step
+  counters = scheduler->counters();
+  EXPECT_EQ(counters.steps, 2);
+  EXPECT_EQ(counters.tokens_scheduled, 9);
+  EXPECT_EQ(counters.tokens_scheduled_last_step, 0);
+  EXPECT_EQ(counters.preemptions, 0);
+  EXPECT_FALSE(scheduler->HasUnfinishedRequests());
   ExpectPoolsFull(*scheduler);
 }
 

@@ -55,7 +55,9 @@ TEST(PreTokenizerTest, SymbolsNumbersAndUnicodeClasses) {
   // U+00E9 is a letter; U+0301 (a mark) is not: it starts a symbol piece.
   EXPECT_THAT(Split("caf\xC3\xA9 e\xCC\x81"), ElementsAre("caf\xC3\xA9", " e", "\xCC\x81"));
   // U+00A0 is \s but not U+0020, so it never joins a following word.
-  EXPECT_THAT(Split("a\xC2\xA0" "b"), ElementsAre("a", "\xC2\xA0", "b"));
+  EXPECT_THAT(Split("a\xC2\xA0"
+                    "b"),
+              ElementsAre("a", "\xC2\xA0", "b"));
   // U+0663 (ARABIC-INDIC DIGIT THREE) is \p{N}.
   EXPECT_THAT(Split(" \xD9\xA3\xD9\xA3x"), ElementsAre(" \xD9\xA3\xD9\xA3", "x"));
 }
@@ -63,9 +65,22 @@ TEST(PreTokenizerTest, SymbolsNumbersAndUnicodeClasses) {
 // An invariant on random text from a mixed alphabet: the pieces tile the input (their
 // concatenation is the input) and none is empty.
 TEST(PreTokenizerTest, PiecesTileTheInput) {
-  const std::vector<std::string> alphabet = {"a", "Z", "7", " ", "  ", "\t", "\n", "'", "s",
-                                             "ll", "!", "\xC3\xA9", "\xCC\x81", "\xE4\xB8\xAD",
-                                             "\xF0\x9F\x98\x80", "\xC2\xA0"};
+  const std::vector<std::string> alphabet = {"a",
+                                             "Z",
+                                             "7",
+                                             " ",
+                                             "  ",
+                                             "\t",
+                                             "\n",
+                                             "'",
+                                             "s",
+                                             "ll",
+                                             "!",
+                                             "\xC3\xA9",
+                                             "\xCC\x81",
+                                             "\xE4\xB8\xAD",
+                                             "\xF0\x9F\x98\x80",
+                                             "\xC2\xA0"};
   std::mt19937 rng(5);
   for (int trial = 0; trial < 2000; ++trial) {
     std::string text;

@@ -4,7 +4,6 @@
 // below and agree with Hugging Face's tokenizers 0.23.2 on the same file.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -96,9 +95,9 @@ TEST(TinyTokenizerTest, WithoutTheSplitPattern) {
 
 TEST(TinyTokenizerTest, MergesAsPairsOfStrings) {
   Json json = TinyTokenizer();
-  json["model"]["merges"] = Json::array(
-      {Json::array({"i", "\xC4\xA0"}), Json::array({"\xC4\xA0", "h"}), Json::array({"h", "i"}),
-       Json::array({"\xC4\xA0h", "i"})});
+  json["model"]["merges"] =
+      Json::array({Json::array({"i", "\xC4\xA0"}), Json::array({"\xC4\xA0", "h"}),
+                   Json::array({"h", "i"}), Json::array({"\xC4\xA0h", "i"})});
   const auto tokenizer = Load(json);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_THAT(Ids(*tokenizer, "hi hi"), ElementsAre(258, 259));
@@ -159,14 +158,16 @@ TEST(UnsupportedTokenizerTest, OtherModelType) {
 TEST(UnsupportedTokenizerTest, SentencePieceStyleNamesWhatIsMissing) {
   Json json = TinyTokenizer();
   json["model"]["byte_fallback"] = true;
-  json["normalizer"] = {{"type", "Sequence"},
-                        {"normalizers",
-                         {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
-                          {{"type", "Replace"}}}}};
+  json["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers", {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}}, {{"type", "Replace"}}}}};
   json["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}};
   json["decoder"] = {{"type", "Sequence"},
-                     {"decoders", {{{"type", "Replace"}}, {{"type", "ByteFallback"}},
-                                   {{"type", "Fuse"}}, {{"type", "Strip"}}}}};
+                     {"decoders",
+                      {{{"type", "Replace"}},
+                       {{"type", "ByteFallback"}},
+                       {{"type", "Fuse"}},
+                       {{"type", "Strip"}}}}};
   json["post_processor"] = {{"type", "TemplateProcessing"}};
   const absl::Status status = LoadStatus(json.dump());
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);

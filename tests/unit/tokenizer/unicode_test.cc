@@ -61,9 +61,9 @@ TEST(Utf8Test, EncodeDecodeEveryScalarValue) {
 
 TEST(Utf8Test, RejectsInvalidSequences) {
   // Each is invalid by a rule of Unicode's Table 3-7.
-  for (const std::string bad : {"\x80", "\xC0\xAF", "\xC1\xBF", "\xE0\x80\xAF", "\xED\xA0\x80",
-                                "\xF0\x80\x80\xAF", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80",
-                                "\xFF", "\xE2\x82", "\xC3"}) {
+  for (const std::string bad :
+       {"\x80", "\xC0\xAF", "\xC1\xBF", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF0\x80\x80\xAF",
+        "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\xFF", "\xE2\x82", "\xC3"}) {
     EXPECT_EQ(ValidUtf8Length(bad, 0), 0u) << testing::PrintToString(bad);
     const absl::Status status = CheckUtf8("ok " + bad);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);

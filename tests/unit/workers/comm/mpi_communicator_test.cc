@@ -63,9 +63,9 @@ TEST_P(AllReduceTest, IsTheRankOrderSumBitForBitOnEveryRank) {
   EXPECT_EQ((*comm)->rank(), rank);
   EXPECT_EQ((*comm)->size(), ranks);
 
-  // Counts around the kAuto switch (4096) and segments that are empty (1 < ranks) or uneven.
+  // Counts around the kAuto switch (16384), segments empty (count 1 < ranks) or uneven.
   for (size_t count :
-       {size_t{1}, size_t{3}, size_t{1000}, size_t{4096}, size_t{4097}, size_t{65537}}) {
+       {size_t{1}, size_t{3}, size_t{1000}, size_t{16384}, size_t{16385}, size_t{65537}}) {
     std::vector<float> data(count);
     for (size_t i = 0; i < count; ++i) data[i] = Input(rank, i);
     const absl::Status status = (*comm)->AllReduceSum(data.data(), count);
@@ -196,6 +196,18 @@ TEST(MpiCommunicatorTest, BarrierWaitsForTheLastRank) {
   const int64_t left_ns = std::chrono::steady_clock::now().time_since_epoch().count();
   MPI_Bcast(&arrived_ns, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
   EXPECT_GE(left_ns, arrived_ns);
+}
+
+TEST(MpiCommunicatorTest, MpiErrorsReturnInsteadOfAbortingTheJob) {
+  absl::StatusOr<std::unique_ptr<MpiCommunicator>> comm = MpiCommunicator::Create({});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  // A negative count is rejected by every rank before anything is sent; with the default
+  // MPI_ERRORS_ARE_FATAL this would end the job.
+  char byte = 0;
+  const absl::Status status =
+      MpiStatus(MPI_Bcast(&byte, -1, MPI_BYTE, 0, (*comm)->comm()), "MPI_Bcast");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(status.message().find("MPI_Bcast failed"), absl::string_view::npos) << status;
 }
 
 TEST(MpiCommunicatorTest, FactoryGivesTheWorld) {

@@ -1,0 +1,152 @@
+// coil-make-model: writes a deterministic random Mamba2 checkpoint of a named shape, in
+// either key layout and file format, for tests, benchmarks and the demo. The same flags
+// give the same bytes on every machine.
+//
+//   coil-make-model --shape tiny --out /tmp/tiny [--layout mamba_ssm|hf]
+//       [--format safetensors|pytorch] [--dtype f32|bf16|f16] [--vector_dtype ...]
+//       [--seed 0] [--shards 1] [--set ngroups=4 --set tie_embeddings=false]
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "workers/model/checkpoint.h"
+#include "workers/model/model_writer.h"
+
+ABSL_FLAG(std::string, shape, "tiny", "model shape: tiny or 130m");
+ABSL_FLAG(std::string, out, "", "output directory (created if missing)");
+ABSL_FLAG(std::string, layout, "mamba_ssm",
+          "mamba_ssm (mamba_ssm config.json and keys) or hf (Hugging Face Mamba2Config)");
+ABSL_FLAG(std::string, format, "",
+          "safetensors or pytorch (default: pytorch for mamba_ssm, "
+          "safetensors for hf)");
+ABSL_FLAG(std::string, dtype, "f32", "dtype of matrices and conv weights: f32, bf16 or f16");
+ABSL_FLAG(std::string, vector_dtype, "",
+          "dtype of 1-D tensors (norms, A_log, D, dt_bias, biases); default --dtype");
+ABSL_FLAG(uint64_t, seed, 0, "random seed");
+ABSL_FLAG(int, shards, 1, "safetensors files to split the tensors over (with an index)");
+ABSL_FLAG(std::vector<std::string>, set, {},
+          "key=value config overrides by mamba_ssm name, repeatable or comma-separated "
+          "(e.g. --set ngroups=4 --set tie_embeddings=false)");
+
+namespace coil::model {
+namespace {
+
+// Abseil keeps only the last occurrence of a flag; --set is meant to repeat.
+std::vector<std::string> CollectSetFlags(int argc, char** argv) {
+  std::vector<std::string> values;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;
+    std::string value;
+    if (arg.rfind("--set=", 0) == 0) {
+      value = arg.substr(6);
+    } else if (arg == "--set" && i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      continue;
+    }
+    for (absl::string_view part : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+      values.emplace_back(part);
+    }
+  }
+  return values;
+}
+
+absl::Status Run(const std::vector<std::string>& overrides) {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return absl::InvalidArgumentError("--out is required: the model directory");
+  COIL_ASSIGN_OR_RETURN(ModelConfig config, NamedModelShape(absl::GetFlag(FLAGS_shape)));
+  for (const std::string& entry : overrides) {
+    std::vector<std::string> parts = absl::StrSplit(entry, absl::MaxSplits('=', 1));
+    if (parts.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat("--set ", entry, ": expected key=value"));
+    }
+    COIL_RETURN_IF_ERROR(SetModelConfigField(config, parts[0], parts[1]));
+  }
+  COIL_RETURN_IF_ERROR_CONTEXT(ValidateModelConfig(config), "after --set");
+
+  WriteOptions options;
+  std::string layout = absl::GetFlag(FLAGS_layout);
+  if (layout == "mamba_ssm") {
+    options.layout = KeyLayout::kMambaSsm;
+  } else if (layout == "hf") {
+    options.layout = KeyLayout::kHuggingFace;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--layout ", layout, " is unknown; use mamba_ssm or hf"));
+  }
+  std::string format = absl::GetFlag(FLAGS_format);
+  if (format.empty()) format = layout == "hf" ? "safetensors" : "pytorch";
+  if (format == "safetensors") {
+    options.format = FileFormat::kSafetensors;
+  } else if (format == "pytorch") {
+    options.format = FileFormat::kPytorch;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format ", format, " is unknown; use safetensors or pytorch"));
+  }
+  options.shards = absl::GetFlag(FLAGS_shards);
+  if (options.shards < 1 || (options.shards > 1 && options.format != FileFormat::kSafetensors)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shards ", options.shards, ": need at least 1, and more than 1 only with safetensors"));
+  }
+  config.format = options.layout == KeyLayout::kHuggingFace ? ConfigFormat::kHuggingFace
+                                                            : ConfigFormat::kMambaSsm;
+  if (config.format == ConfigFormat::kHuggingFace) {
+    // A Hugging Face config records only the padded vocabulary.
+    config.vocab_size = config.padded_vocab_size();
+    config.pad_vocab_size_multiple = 1;
+  }
+  COIL_ASSIGN_OR_RETURN(DType dtype, ParseDType(absl::GetFlag(FLAGS_dtype)));
+  DType vector_dtype = dtype;
+  if (!absl::GetFlag(FLAGS_vector_dtype).empty()) {
+    COIL_ASSIGN_OR_RETURN(vector_dtype, ParseDType(absl::GetFlag(FLAGS_vector_dtype)));
+  }
+  std::vector<TensorData> tensors =
+      RandomModelTensors(config, dtype, vector_dtype, absl::GetFlag(FLAGS_seed));
+  COIL_RETURN_IF_ERROR(WriteModelDirectory(config, tensors, options, out));
+
+  // The tokenizer travels with the model, as in a downloaded model directory.
+  std::filesystem::path tokenizer =
+      std::filesystem::path(COIL_SOURCE_DIR) / "engine/tokenizer/gpt-neox-20b/tokenizer.json";
+  std::error_code error;
+  if (std::filesystem::exists(tokenizer, error)) {
+    std::filesystem::copy_file(tokenizer, std::filesystem::path(out) / "tokenizer.json",
+                               std::filesystem::copy_options::overwrite_existing, error);
+    if (error) {
+      return absl::InternalError(
+          absl::StrCat("cannot copy ", tokenizer.string(), " to ", out, ": ", error.message()));
+    }
+  } else {
+    COIL_LOG(WARNING) << "tokenizer " << tokenizer.string()
+                      << " not found; the model directory has no tokenizer.json";
+  }
+  COIL_LOG(INFO) << "wrote " << absl::GetFlag(FLAGS_shape) << " model (" << tensors.size()
+                 << " tensors, " << layout << " layout, " << format << ", " << DTypeName(dtype)
+                 << ") to " << out;
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace coil::model
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "writes a deterministic random Mamba2 checkpoint: coil-make-model --shape tiny --out DIR");
+  std::vector<std::string> overrides = coil::model::CollectSetFlags(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  absl::Status status = coil::model::Run(overrides);
+  if (!status.ok()) {
+    COIL_LOG(ERROR) << status.message();
+    return 1;
+  }
+  return 0;
+}
