@@ -94,6 +94,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<GenerateResponse>,
   void OnCancel() override {
     // The client cancelled or its deadline passed: free the row at the next step boundary
     // and end the call now (the stream drops whatever the engine pushes later).
+    if (stream_ == nullptr) return;  // refused before it reached the engine
     engine_.Cancel(stream_->request_id());
     StreamBatch cancelled;
     cancelled.error = absl::CancelledError("the request was cancelled by the client");

@@ -32,6 +32,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/dashed_flags.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "engine/engine_loop.h"
@@ -112,6 +113,7 @@ int64_t PhysicalMemoryBytes() {
 }
 
 std::string MiB(int64_t bytes) {
+  if (bytes < 1024 * 1024) return absl::StrCat(bytes / 1024, " KiB");
   return absl::StrCat(bytes / (1024 * 1024), " MiB");
 }
 
@@ -320,6 +322,8 @@ int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "mpirun -np N --mca odls_base_sigkill_timeout <drain+10> coil-serve --model DIR "
       "[--port 50051] [--state-rows R | --memory-budget 2GiB] [--max-model-len L]");
+  std::vector<std::string> dashed_storage;
+  AcceptDashedFlags(argc, argv, dashed_storage);
   absl::ParseCommandLine(argc, argv);
 
   comm::CommunicatorOptions options;

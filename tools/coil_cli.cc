@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/dashed_flags.h"
 #include "engine/client/client.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "coil-serve address, HOST:PORT");
@@ -140,6 +141,8 @@ int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coil-cli --target HOST:PORT (generate (\"PROMPT\" | --ids 1,2,3) [--max-tokens N] "
       "[--temperature T] [--seed S] [--print-ids] | info | tokenize \"TEXT\")");
+  std::vector<std::string> dashed_storage;
+  AcceptDashedFlags(argc, argv, dashed_storage);
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage().data());

@@ -1,0 +1,192 @@
+#include "tests/integration/server_process.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+extern char** environ;
+
+namespace coil::testing {
+namespace {
+
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int error = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != 0) {
+    return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(error)));
+  }
+  return pid;
+}
+
+std::optional<int> WaitPid(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) {
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      return 128 + WTERMSIG(status);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+absl::StatusOr<int> RunProgram(const std::vector<std::string>& argv, const std::string& log_path) {
+  absl::StatusOr<pid_t> pid = Spawn(argv, log_path);
+  if (!pid.ok()) return pid.status();
+  std::optional<int> code = WaitPid(*pid, std::chrono::minutes(5));
+  if (!code.has_value()) {
+    kill(*pid, SIGKILL);
+    WaitPid(*pid, std::chrono::seconds(5));
+    return absl::DeadlineExceededError(absl::StrCat(argv[0], " did not finish"));
+  }
+  return *code;
+}
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/coil-test-XXXXXX");
+  if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+}
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::string& model_dir,
+                                                                    const ServerOptions& options) {
+  std::unique_ptr<ServerProcess> server(new ServerProcess());
+  server->dir_ = std::make_unique<TempDir>();
+  server->log_path_ = server->dir_->path() + "/server.log";
+  const std::string port_file = server->dir_->path() + "/port";
+  std::vector<std::string> argv;
+  if (options.use_mpirun) {
+    argv = {COIL_MPIEXEC_PATH, "-np", std::to_string(options.ranks), "--oversubscribe",
+            "--allow-run-as-root", "--mca", "odls_base_sigkill_timeout", "40"};
+  }
+  argv.insert(argv.end(), {COIL_SERVE_PATH, "--model", model_dir, "--host", "127.0.0.1", "--port",
+                           "0", "--port_file", port_file, "--threads", "1"});
+  argv.insert(argv.end(), options.flags.begin(), options.flags.end());
+  absl::StatusOr<pid_t> pid = Spawn(argv, server->log_path_);
+  if (!pid.ok()) return pid.status();
+  server->pid_ = *pid;
+  server->under_mpirun_ = options.use_mpirun;
+
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  std::string port;
+  while (port.empty()) {
+    if (std::optional<int> code = WaitPid(server->pid_, std::chrono::milliseconds(50))) {
+      server->reaped_ = true;
+      return absl::InternalError(absl::StrCat("coil-serve exited with ", *code, " before serving:\n",
+                                              server->LogTail()));
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("coil-serve did not listen within 120 s:\n",
+                                                      server->LogTail()));
+    }
+    std::ifstream in(port_file);
+    if (in) std::getline(in, port);
+  }
+  server->target_ = absl::StrCat("127.0.0.1:", port);
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Connect(server->target_, std::chrono::seconds(10));
+  if (!client.ok()) return client.status();
+  server->client_ = std::move(client).value();
+  absl::StatusOr<bool> serving = server->client_->Health();
+  if (!serving.ok()) return serving.status();
+  if (!*serving) return absl::InternalError("coil-serve listens but is not SERVING");
+  return server;
+}
+
+ServerProcess::~ServerProcess() {
+  client_.reset();
+  if (pid_ <= 0 || reaped_) return;
+  Signal(SIGTERM);
+  if (!WaitPid(pid_, std::chrono::seconds(30)).has_value()) {
+    kill(pid_, SIGKILL);
+    WaitPid(pid_, std::chrono::seconds(10));
+  }
+}
+
+namespace {
+
+// The child of `parent` whose environment says OMPI_COMM_WORLD_RANK=0.
+std::optional<pid_t> RankZeroChild(pid_t parent) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat_file(entry.path() / "stat");
+    std::string stat;
+    std::getline(stat_file, stat);
+    // "pid (comm) state ppid ...": comm may hold spaces, so parse after the last ')'.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    fields >> state >> ppid;
+    if (ppid != parent) continue;
+    const std::string environment = ReadFile((entry.path() / "environ").string());
+    if (environment.find(std::string("OMPI_COMM_WORLD_RANK=0") + '\0') != std::string::npos) {
+      return static_cast<pid_t>(std::stol(name));
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void ServerProcess::Signal(int signal) {
+  if (under_mpirun_) {
+    if (std::optional<pid_t> rank0 = RankZeroChild(pid_)) {
+      kill(*rank0, signal);
+      return;
+    }
+  }
+  kill(pid_, signal);
+}
+
+std::optional<int> ServerProcess::Wait(std::chrono::seconds timeout) {
+  std::optional<int> code = WaitPid(pid_, timeout);
+  if (code.has_value()) reaped_ = true;
+  return code;
+}
+
+std::string ServerProcess::LogTail() const {
+  const std::string log = ReadFile(log_path_);
+  return log.size() > 4000 ? log.substr(log.size() - 4000) : log;
+}
+
+}  // namespace coil::testing

@@ -1,0 +1,74 @@
+// A coil-serve started by a test: spawned (under mpirun or alone) with its output in a log
+// file, waited for until it listens and reports SERVING, and stopped with SIGTERM.
+#ifndef COIL_TESTS_INTEGRATION_SERVER_PROCESS_H_
+#define COIL_TESTS_INTEGRATION_SERVER_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/client/client.h"
+
+namespace coil::testing {
+
+// Runs `argv` to completion; returns its exit code (or an error when it could not start).
+absl::StatusOr<int> RunProgram(const std::vector<std::string>& argv, const std::string& log_path);
+
+// A fresh directory under $TMPDIR (or /tmp), removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct ServerOptions {
+  int ranks = 1;          // mpirun -np
+  bool use_mpirun = true;  // false: coil-serve alone (one rank, no MPI)
+  std::vector<std::string> flags;  // coil-serve flags besides --model/--host/--port
+};
+
+class ServerProcess {
+ public:
+  // Starts coil-serve on `model_dir` and waits until it reports SERVING.
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(const std::string& model_dir,
+                                                              const ServerOptions& options);
+  ~ServerProcess();  // Signal(SIGTERM), then SIGKILL if it does not end within 30 s
+
+  const std::string& target() const { return target_; }
+  Client& client() { return *client_; }
+  pid_t pid() const { return pid_; }
+
+  // Sends `signal` to coil-serve's rank 0 (under mpirun: to that rank, not to mpirun, whose
+  // kill sequence would deliver it only after odls_base_sigkill_timeout; the other ranks
+  // end through rank 0's shutdown plan and mpirun then exits by itself).
+  void Signal(int signal);
+  // Waits for the process to end; its exit code, or nullopt on timeout.
+  std::optional<int> Wait(std::chrono::seconds timeout);
+  // The end of its log, for failure messages.
+  std::string LogTail() const;
+
+ private:
+  ServerProcess() = default;
+
+  pid_t pid_ = -1;
+  bool under_mpirun_ = false;
+  bool reaped_ = false;
+  std::unique_ptr<TempDir> dir_;
+  std::string log_path_;
+  std::string target_;
+  std::unique_ptr<Client> client_;
+};
+
+}  // namespace coil::testing
+
+#endif  // COIL_TESTS_INTEGRATION_SERVER_PROCESS_H_

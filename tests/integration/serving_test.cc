@@ -1,0 +1,462 @@
+// coil-serve end to end: real gRPC over loopback to servers this test starts under mpirun
+// (TP1 and TP2) on a tiny random model written by coil-make-model. Expected values come
+// from independent runs (the same request alone, at the other TP size, without the stop
+// string), from the request itself (token counts, finish reasons), or from the server's
+// pool invariant (every state row free again once nothing runs).
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/client/client.h"
+#include "gmock/gmock.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "tests/integration/server_process.h"
+
+namespace coil::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kMaxModelLen = 8192;
+// For requests that must still run while the test acts (about 0.15 ms per token here).
+constexpr int kLongModelLen = 65536;
+
+// The tiny model (64 wide, 2 layers, 8 heads, vocabulary 250), made once for the program.
+class ServingEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    dir_ = std::make_unique<TempDir>();
+    model_dir_ = dir_->path() + "/tiny";
+    absl::StatusOr<int> code = RunProgram(
+        {COIL_MAKE_MODEL_PATH, "--shape", "tiny", "--out", model_dir_}, dir_->path() + "/make.log");
+    ASSERT_TRUE(code.ok()) << code.status();
+    ASSERT_EQ(*code, 0) << "coil-make-model failed";
+  }
+  void TearDown() override {
+    tp1_.reset();
+    tp2_.reset();
+    dir_.reset();
+  }
+
+  static ServingEnvironment* Get() { return instance_; }
+  static void Set(ServingEnvironment* env) { instance_ = env; }
+  const std::string& model_dir() const { return model_dir_; }
+
+  // Shared servers: 8 state rows, so 50 clients queue and share batches.
+  ServerProcess& Tp(int ranks) {
+    std::unique_ptr<ServerProcess>& server = ranks == 1 ? tp1_ : tp2_;
+    if (server == nullptr) {
+      ServerOptions options;
+      options.ranks = ranks;
+      options.flags = {"--state-rows", "8", "--max-queue", "64", "--max-model-len",
+                       std::to_string(kMaxModelLen), "--max-batched-tokens", "256"};
+      auto started = ServerProcess::Start(model_dir_, options);
+      EXPECT_TRUE(started.ok()) << started.status();
+      if (started.ok()) server = std::move(started).value();
+    }
+    return *server;
+  }
+  bool has(int ranks) const { return (ranks == 1 ? tp1_ : tp2_) != nullptr; }
+
+ private:
+  static inline ServingEnvironment* instance_ = nullptr;
+  std::unique_ptr<TempDir> dir_;
+  std::string model_dir_;
+  std::unique_ptr<ServerProcess> tp1_;
+  std::unique_ptr<ServerProcess> tp2_;
+};
+
+coil::v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids, int32_t max_tokens,
+                                     float temperature = 0.0f, uint64_t seed = 0) {
+  coil::v1::GenerateRequest request;
+  for (int32_t id : ids) request.mutable_token_ids()->add_ids(id);
+  request.mutable_sampling()->set_max_tokens(max_tokens);
+  request.mutable_sampling()->set_temperature(temperature);
+  request.mutable_sampling()->set_seed(seed);
+  request.mutable_sampling()->set_ignore_eos(true);
+  return request;
+}
+
+// A distinct prompt per client index.
+std::vector<int32_t> PromptFor(int index) {
+  return {static_cast<int32_t>(2 + index % 200), static_cast<int32_t>(7 + (index * 13) % 240),
+          static_cast<int32_t>(11 + (index * 29) % 230), static_cast<int32_t>(3 + index)};
+}
+
+// Waits until the server shows every state row free and nothing waiting or running.
+void ExpectAllRowsFree(Client& client) {
+  coil::v1::ModelInfo info;
+  for (int attempt = 0; attempt < 250; ++attempt) {
+    auto got = client.Info();
+    ASSERT_TRUE(got.ok()) << got.status();
+    info = *got;
+    if (info.state_rows_free() == info.state_rows_total() && info.running_requests() == 0 &&
+        info.waiting_requests() == 0) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  FAIL() << "rows still held: " << info.DebugString();
+}
+
+Client& Tp1() { return ServingEnvironment::Get()->Tp(1).client(); }
+
+TEST(ServingTest, HealthInfoAndReflection) {
+  ServerProcess& server = ServingEnvironment::Get()->Tp(1);
+  auto serving = server.client().Health();
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_TRUE(*serving);
+  auto info = server.client().Info();
+  ASSERT_TRUE(info.ok()) << info.status();
+  // coil-make-model's tiny shape: d_model 64, 2 layers, vocab 250, headdim 16, expand 2.
+  EXPECT_EQ(info->architecture(), "mamba2");
+  EXPECT_EQ(info->d_model(), 64);
+  EXPECT_EQ(info->n_layer(), 2);
+  EXPECT_EQ(info->vocab_size(), 250);
+  EXPECT_EQ(info->nheads(), 8);
+  EXPECT_EQ(info->tp_size(), 1);
+  EXPECT_EQ(info->max_model_len(), kMaxModelLen);
+  EXPECT_EQ(info->state_rows_total(), 8);
+
+  // Server reflection: list the services.
+  auto channel = grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials());
+  auto stub = grpc::reflection::v1alpha::ServerReflection::NewStub(channel);
+  grpc::ClientContext context;
+  auto stream = stub->ServerReflectionInfo(&context);
+  grpc::reflection::v1alpha::ServerReflectionRequest request;
+  request.set_list_services("");
+  ASSERT_TRUE(stream->Write(request));
+  stream->WritesDone();
+  grpc::reflection::v1alpha::ServerReflectionResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  std::vector<std::string> names;
+  for (const auto& service : response.list_services_response().service()) {
+    names.push_back(service.name());
+  }
+  EXPECT_THAT(names, ::testing::Contains("coil.v1.Generation"));
+  EXPECT_THAT(names, ::testing::Contains("grpc.health.v1.Health"));
+  while (stream->Read(&response)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST(ServingTest, StreamsTokensAndText) {
+  Client& client = Tp1();
+  std::vector<int32_t> streamed;
+  int calls = 0;
+  auto generation = client.Generate(IdsRequest({5, 6, 7}, 12), [&](const auto& response) {
+    ++calls;
+    streamed.insert(streamed.end(), response.token_ids().begin(), response.token_ids().end());
+    return true;
+  });
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  EXPECT_EQ(generation->token_ids.size(), 12u);
+  EXPECT_EQ(streamed, generation->token_ids);
+  // The first token is written alone (no write in flight yet) and the final response
+  // follows it, so 12 tokens arrive in at least two messages.
+  EXPECT_GE(calls, 2);
+  EXPECT_EQ(generation->final.finish_reason(), coil::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(generation->final.usage().prompt_tokens(), 3);
+  EXPECT_EQ(generation->final.usage().completion_tokens(), 12);
+  EXPECT_GT(generation->final.timings().total_seconds(), 0.0);
+  EXPECT_GE(generation->final.timings().total_seconds(),
+            generation->final.timings().time_to_first_token_seconds());
+  for (int32_t id : generation->token_ids) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, 250);
+  }
+  // The streamed text is the detokenized tokens (special tokens skipped).
+  auto text = client.Detokenize(generation->token_ids, /*skip_special_tokens=*/true);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(generation->text, *text);
+  ExpectAllRowsFree(client);
+}
+
+TEST(ServingTest, StopStringEndsGenerationAndNeverLeaks) {
+  Client& client = Tp1();
+  // A reference run without stops, then the same request stopping at a piece of its text.
+  // Sampled (seeded) rather than greedy: the random model's argmax repeats one token.
+  const coil::v1::GenerateRequest base = IdsRequest({9, 8, 7, 6}, 40, 1.0f, 12345);
+  auto reference = client.Generate(base);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const std::string& text = reference->text;
+  ASSERT_GE(text.size(), 6u) << "the tiny model produced too little text to cut";
+  // Two bytes from the middle, kept on a character boundary (ASCII bytes only).
+  size_t cut = text.size() / 2;
+  while (cut + 2 < text.size() && (static_cast<unsigned char>(text[cut]) >= 0x80 ||
+                                   static_cast<unsigned char>(text[cut + 1]) >= 0x80)) {
+    ++cut;
+  }
+  if (cut + 2 >= text.size()) GTEST_SKIP() << "no ASCII pair in the reference text";
+  const std::string stop = text.substr(cut, 2);
+  const std::string expected = text.substr(0, text.find(stop));
+  coil::v1::GenerateRequest request = base;
+  request.mutable_sampling()->add_stop(stop);
+  std::string streamed;
+  auto stopped = client.Generate(request, [&](const auto& response) {
+    streamed += response.text();
+    return true;
+  });
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(stopped->text, expected);
+  EXPECT_EQ(streamed, expected);
+  EXPECT_EQ(stopped->final.finish_reason(), coil::v1::FINISH_REASON_STOP);
+  EXPECT_EQ(stopped->final.matched_stop(), stop);
+  EXPECT_LE(stopped->token_ids.size(), reference->token_ids.size());
+  ExpectAllRowsFree(client);
+}
+
+// 50 clients at once, each with its own prompt and seed: each gets exactly the tokens its
+// request gives alone (batch invariance, and no stream mixed up with another).
+TEST(ServingTest, FiftyConcurrentClientsGetTheirOwnStreams) {
+  Client& client = Tp1();
+  constexpr int kClients = 50;
+  std::vector<std::vector<int32_t>> alone(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    auto generation = client.Generate(IdsRequest(PromptFor(i), 10, i % 2 ? 0.9f : 0.0f, 1000 + i));
+    ASSERT_TRUE(generation.ok()) << generation.status();
+    alone[i] = generation->token_ids;
+  }
+  std::vector<std::vector<int32_t>> together(kClients);
+  std::vector<std::string> ids(kClients);
+  std::vector<absl::Status> statuses(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      coil::v1::GenerateRequest request = IdsRequest(PromptFor(i), 10, i % 2 ? 0.9f : 0.0f, 1000 + i);
+      request.set_request_id(absl::StrCat("client-", i));
+      auto generation = client.Generate(request, [&](const auto& response) {
+        if (response.request_id() != absl::StrCat("client-", i)) ids[i] = response.request_id();
+        return true;
+      });
+      statuses[i] = generation.status();
+      if (generation.ok()) together[i] = generation->token_ids;
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_TRUE(statuses[i].ok()) << "client " << i << ": " << statuses[i];
+    EXPECT_TRUE(ids[i].empty()) << "client " << i << " received " << ids[i] << "'s response";
+    EXPECT_EQ(together[i], alone[i]) << "client " << i;
+  }
+  ExpectAllRowsFree(client);
+}
+
+// The same requests at TP2 give the same tokens as at TP1 (greedy and seeded sampling).
+TEST(ServingTest, Tp2GivesTheSameTokensAsTp1) {
+  Client& tp1 = Tp1();
+  Client& tp2 = ServingEnvironment::Get()->Tp(2).client();
+  auto info = tp2.Info();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->tp_size(), 2);
+  for (int i = 0; i < 6; ++i) {
+    const coil::v1::GenerateRequest request =
+        IdsRequest(PromptFor(i), 16, i % 2 ? 0.8f : 0.0f, 77 + i);
+    auto one = tp1.Generate(request);
+    auto two = tp2.Generate(request);
+    ASSERT_TRUE(one.ok()) << one.status();
+    ASSERT_TRUE(two.ok()) << two.status();
+    EXPECT_EQ(one->token_ids, two->token_ids) << "request " << i;
+    EXPECT_EQ(one->text, two->text) << "request " << i;
+  }
+  ExpectAllRowsFree(tp2);
+}
+
+TEST(ServingTest, CancelMidStreamFreesTheRow) {
+  Client& client = Tp1();
+  int responses = 0;
+  auto generation = client.Generate(IdsRequest({4, 4, 4}, kMaxModelLen - 3),
+                                    [&](const auto&) { return ++responses < 2; });
+  EXPECT_EQ(generation.status().code(), absl::StatusCode::kCancelled) << generation.status();
+  ExpectAllRowsFree(client);
+}
+
+TEST(ServingTest, ExpiredDeadlineFreesTheRow) {
+  Client& client = Tp1();
+  CallOptions options;
+  options.timeout = std::chrono::milliseconds(300);
+  auto generation = client.Generate(IdsRequest({4, 5, 4}, kMaxModelLen - 3), nullptr, options);
+  EXPECT_EQ(generation.status().code(), absl::StatusCode::kDeadlineExceeded) << generation.status();
+  ExpectAllRowsFree(client);
+}
+
+TEST(ServingTest, CancelTokenFromAnotherThread) {
+  Client& client = Tp1();
+  CancelToken token;
+  CallOptions options;
+  options.cancel = &token;
+  std::atomic<bool> started{false};
+  std::thread canceller([&] {
+    while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    token.Cancel();
+  });
+  auto generation = client.Generate(IdsRequest({4, 6, 4}, kMaxModelLen - 3), [&](const auto&) {
+    started = true;
+    return true;
+  }, options);
+  canceller.join();
+  EXPECT_EQ(generation.status().code(), absl::StatusCode::kCancelled) << generation.status();
+  ExpectAllRowsFree(client);
+}
+
+TEST(ServingTest, BadInputGetsItsCodeAndMessage) {
+  Client& client = Tp1();
+  struct Case {
+    std::string name;
+    coil::v1::GenerateRequest request;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  auto add = [&](std::string name, std::string message, auto edit) {
+    coil::v1::GenerateRequest request = IdsRequest({1, 2, 3}, 4);
+    edit(request);
+    cases.push_back({std::move(name), std::move(request), std::move(message)});
+  };
+  add("empty prompt", "prompt is empty", [](auto& r) { r.clear_token_ids(); });
+  add("empty text", "prompt is empty", [](auto& r) { r.set_text(""); });
+  add("prompt at max-model-len", "shorten the prompt", [](auto& r) {
+    r.mutable_token_ids()->clear_ids();
+    for (int i = 0; i < kMaxModelLen; ++i) r.mutable_token_ids()->add_ids(5);
+    r.mutable_sampling()->clear_max_tokens();
+  });
+  add("id out of vocab", "outside the vocabulary [0, 250)",
+      [](auto& r) { r.mutable_token_ids()->add_ids(250); });
+  add("negative id", "outside the vocabulary", [](auto& r) { r.mutable_token_ids()->add_ids(-3); });
+  add("temperature", "temperature", [](auto& r) { r.mutable_sampling()->set_temperature(-1); });
+  add("top_p zero", "top_p", [](auto& r) { r.mutable_sampling()->set_top_p(0.0f); });
+  add("top_p over one", "top_p", [](auto& r) { r.mutable_sampling()->set_top_p(1.5f); });
+  add("top_k", "top_k", [](auto& r) { r.mutable_sampling()->set_top_k(-2); });
+  add("min_p", "min_p", [](auto& r) { r.mutable_sampling()->set_min_p(2.0f); });
+  add("max_tokens zero", "max_tokens is 0", [](auto& r) { r.mutable_sampling()->set_max_tokens(0); });
+  add("prompt plus max_tokens", "lower max_tokens to at most",
+      [](auto& r) { r.mutable_sampling()->set_max_tokens(kMaxModelLen); });
+  add("too many stops", "stop strings; the limit is", [](auto& r) {
+    for (int i = 0; i < 40; ++i) r.mutable_sampling()->add_stop(absl::StrCat("s", i));
+  });
+  add("stop too long", "bytes; the limit is",
+      [](auto& r) { r.mutable_sampling()->add_stop(std::string(1000, 'x')); });
+  for (const Case& c : cases) {
+    auto generation = client.Generate(c.request);
+    EXPECT_EQ(generation.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.name << ": " << generation.status();
+    EXPECT_THAT(std::string(generation.status().message()), HasSubstr(c.message)) << c.name;
+  }
+  // The server keeps serving, with nothing held.
+  auto generation = client.Generate(IdsRequest({1, 2, 3}, 4));
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  EXPECT_EQ(generation->token_ids.size(), 4u);
+  ExpectAllRowsFree(client);
+}
+
+TEST(ServingTest, FullQueueIsResourceExhausted) {
+  ServerOptions options;
+  options.flags = {"--state-rows", "1", "--max-num-seqs", "1", "--max-queue", "1",
+                   "--max-model-len", std::to_string(kLongModelLen)};
+  auto server = ServerProcess::Start(ServingEnvironment::Get()->model_dir(), options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client& client = (*server)->client();
+  // A runs (the only row), B waits (the only queue place), C is refused.
+  CancelToken cancel_a, cancel_b;
+  absl::Status status_a, status_b;
+  std::atomic<bool> a_started{false};
+  std::thread a([&] {
+    CallOptions call;
+    call.cancel = &cancel_a;
+    status_a = client.Generate(IdsRequest({3, 3}, kLongModelLen - 2), [&](const auto&) {
+      a_started = true;
+      return true;
+    }, call).status();
+  });
+  while (!a_started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::thread b([&] {
+    CallOptions call;
+    call.cancel = &cancel_b;
+    status_b = client.Generate(IdsRequest({3, 4}, 8), nullptr, call).status();
+  });
+  for (int i = 0; i < 500; ++i) {
+    auto info = client.Info();
+    if (info.ok() && info->waiting_requests() == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto refused = client.Generate(IdsRequest({3, 5}, 8));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("queue is full"));
+  cancel_a.Cancel();
+  a.join();
+  b.join();  // B runs once A's row is free
+  EXPECT_EQ(status_a.code(), absl::StatusCode::kCancelled) << status_a;
+  EXPECT_TRUE(status_b.ok()) << status_b;
+  auto after = client.Generate(IdsRequest({3, 6}, 8));
+  EXPECT_TRUE(after.ok()) << after.status();
+  ExpectAllRowsFree(client);
+}
+
+// SIGTERM: health turns NOT_SERVING, a new request is refused UNAVAILABLE, the in-flight
+// request completes with all its tokens, and the process exits 0. Run with coil-serve alone,
+// and under mpirun with two ranks and the signal sent to rank 0 alone, so the workers can
+// only end through rank 0's shutdown plan (and mpirun must then exit 0 by itself).
+void ExpectDrain(ServerOptions options) {
+  options.flags.insert(options.flags.end(), {"--state-rows", "2", "--max-model-len",
+                                             std::to_string(kLongModelLen), "--drain-timeout", "60"});
+  auto server = ServerProcess::Start(ServingEnvironment::Get()->model_dir(), options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client& client = (*server)->client();
+  const int32_t kTokens = 20000;  // a few seconds: the drain is observed while it runs
+  absl::StatusOr<Generation> in_flight;
+  std::atomic<bool> started{false};
+  std::thread runner([&] {
+    in_flight = client.Generate(IdsRequest({8, 9}, kTokens), [&](const auto&) {
+      started = true;
+      return true;
+    });
+  });
+  while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  (*server)->Signal(SIGTERM);
+  bool saw_not_serving = false;
+  for (int i = 0; i < 200 && !saw_not_serving; ++i) {
+    auto serving = client.Health();
+    saw_not_serving = serving.ok() && !*serving;
+    if (!saw_not_serving) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto refused = client.Generate(IdsRequest({8, 10}, 4));
+  runner.join();
+  EXPECT_TRUE(saw_not_serving) << "health never reported NOT_SERVING while draining";
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  ASSERT_TRUE(in_flight.ok()) << in_flight.status();
+  EXPECT_EQ(in_flight->token_ids.size(), static_cast<size_t>(kTokens));
+  EXPECT_EQ(in_flight->final.finish_reason(), coil::v1::FINISH_REASON_LENGTH);
+  std::optional<int> code = (*server)->Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(code.has_value()) << "coil-serve did not exit after draining";
+  EXPECT_EQ(*code, 0) << (*server)->LogTail();
+}
+
+TEST(ServingTest, SigtermDrainsAlone) {
+  ServerOptions options;
+  options.use_mpirun = false;
+  ExpectDrain(options);
+}
+
+TEST(ServingTest, SigtermToRankZeroDrainsTp2) {
+  ServerOptions options;
+  options.ranks = 2;
+  ExpectDrain(options);
+}
+
+}  // namespace
+}  // namespace coil::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  auto* env = new coil::testing::ServingEnvironment();  // owned by GoogleTest
+  coil::testing::ServingEnvironment::Set(env);
+  ::testing::AddGlobalTestEnvironment(env);
+  return RUN_ALL_TESTS();
+}
