@@ -180,6 +180,40 @@ TEST(ServingTest, StreamsTokensAndText) {
   ExpectAllRowsFree(client);
 }
 
+// The value of one sample line ("name{labels} value") of a Prometheus text page; -1 if absent.
+double MetricValue(const std::string& page, const std::string& series) {
+  const std::string prefix = series + " ";
+  for (size_t at = 0; at < page.size();) {
+    const size_t end = page.find('\n', at);
+    const std::string line = page.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    if (line.rfind(prefix, 0) == 0) return std::stod(line.substr(prefix.size()));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return -1.0;
+}
+
+// One request of 7 tokens moves the counters by exactly its own figures (the test runs
+// alone against this server).
+TEST(ServingTest, MetricsCountARequest) {
+  ServerProcess& server = ServingEnvironment::Get()->Tp(1);
+  ASSERT_GT(server.metrics_port(), 0);
+  auto before = server.FetchMetrics();
+  ASSERT_TRUE(before.ok()) << before.status();
+  auto generation = server.client().Generate(IdsRequest({5, 9, 13, 17, 21}, 7));
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  ExpectAllRowsFree(server.client());  // the gauges are set before the snapshot it reads
+  auto after = server.FetchMetrics();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(MetricValue(*after, "coil_generated_tokens_total") -
+                MetricValue(*before, "coil_generated_tokens_total"), 7.0);
+  EXPECT_EQ(MetricValue(*after, "coil_prompt_tokens_total") -
+                MetricValue(*before, "coil_prompt_tokens_total"), 5.0);
+  EXPECT_EQ(MetricValue(*after, "coil_requests_finished_total{reason=\"length\"}") -
+                MetricValue(*before, "coil_requests_finished_total{reason=\"length\"}"), 1.0);
+  EXPECT_EQ(MetricValue(*after, "coil_state_rows_free"), 8.0);
+}
+
 TEST(ServingTest, StopStringEndsGenerationAndNeverLeaks) {
   Client& client = Tp1();
   // A reference run without stops, then the same request stopping at a piece of its text.
