@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -431,6 +433,40 @@ TEST(ServingTest, FullQueueIsResourceExhausted) {
   auto after = client.Generate(IdsRequest({3, 6}, 8));
   EXPECT_TRUE(after.ok()) << after.status();
   ExpectAllRowsFree(client);
+}
+
+// Configuration errors stop every rank before anything is loaded, with a message that
+// names the flag to change; rank 0 reports.
+TEST(ServingTest, ConfigurationErrorsNameTheFlag) {
+  const std::string model = ServingEnvironment::Get()->model_dir();
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> argv;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      // The tiny model has 8 heads.
+      {{COIL_MPIEXEC_PATH, "-np", "3", "--oversubscribe", "--allow-run-as-root", COIL_SERVE_PATH,
+        "--model", model, "--metrics-port", "-1", "--threads", "1"},
+       "does not divide the model's 8 heads"},
+      {{COIL_SERVE_PATH, "--model", model, "--memory-budget", "1KiB", "--metrics-port", "-1"},
+       "holds no state row"},
+      {{COIL_SERVE_PATH, "--model", model, "--memory-budget", "1000000GiB", "--metrics-port", "-1"},
+       "lower --memory-budget"},
+      {{COIL_SERVE_PATH, "--model", model, "--state-rows", "-1", "--metrics-port", "-1"},
+       "--state-rows is -1"},
+      {{COIL_SERVE_PATH, "--model", dir.path() + "/missing", "--metrics-port", "-1"}, "config.json"},
+      {{COIL_SERVE_PATH, "--metrics-port", "-1"}, "--model is required"},
+  };
+  for (const Case& c : cases) {
+    const std::string log = dir.path() + "/config.log";
+    absl::StatusOr<int> code = RunProgram(c.argv, log);
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_NE(*code, 0) << c.message;
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_THAT(text, HasSubstr(c.message));
+  }
 }
 
 // SIGTERM: health turns NOT_SERVING, a new request is refused UNAVAILABLE, the in-flight
