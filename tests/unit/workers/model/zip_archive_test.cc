@@ -52,6 +52,25 @@ TEST(ZipArchiveTest, WriterRoundTripsWithAlignedData) {
   }
 }
 
+TEST(ZipArchiveTest, Zip64RecordsAreFollowed) {
+  // Saturated 32-bit fields everywhere: every size and offset must come from the zip64
+  // extra fields and the zip64 end record.
+  std::vector<ZipInput> inputs = {{"a/data.pkl", "pickle"}, {"a/data/0", std::string(300, 'y')}};
+  std::string file = WriteZipArchive(inputs, 64, /*force_zip64=*/true);
+  absl::StatusOr<std::vector<ZipEntry>> entries = ReadZipArchive(Bytes(file), "f");
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 2u);
+  EXPECT_EQ(Text((*entries)[1].data), inputs[1].data);
+  EXPECT_EQ((*entries)[1].data_offset % 64, 0u);
+  // Without the zip64 locator the saturated fields cannot be resolved.
+  std::string broken = file;
+  size_t locator = broken.rfind(std::string("PK\x06\x07", 4));
+  ASSERT_NE(locator, std::string::npos);
+  broken[locator] = 'X';
+  EXPECT_THAT(std::string(ReadZipArchive(Bytes(broken), "f").status().message()),
+              HasSubstr("zip64"));
+}
+
 TEST(ZipArchiveTest, CompressedEntriesAreRefusedByName) {
   std::string file = Fixture("deflated.bin");
   absl::StatusOr<std::vector<StoredTensor>> parsed = ParsePytorchZip(Bytes(file), "d.bin");
