@@ -4,6 +4,7 @@
 // asserts nothing. Files live in a temporary directory removed at exit.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -44,8 +45,8 @@ std::unique_ptr<Checkpoint> OpenMatrix(const TempDir& temp, DType dtype) {
   tensor.bytes.resize(values.size() * DTypeSize(dtype));
   ConvertElements(values.data(), DType::kF32, tensor.bytes.data(), dtype, values.size());
   if (!std::filesystem::exists(dir)) {
-    (void)WriteModelDirectory(config, {tensor}, {KeyLayout::kHuggingFace, FileFormat::kSafetensors, 1},
-                              dir);
+    (void)WriteModelDirectory(config, {tensor},
+                              {KeyLayout::kHuggingFace, FileFormat::kSafetensors, 1}, dir);
   }
   return std::move(*OpenCheckpointFiles(dir, config));
 }
@@ -94,6 +95,35 @@ void BM_OpenCheckpoint(benchmark::State& state, FileFormat format) {
 }
 BENCHMARK_CAPTURE(BM_OpenCheckpoint, safetensors, FileFormat::kSafetensors);
 BENCHMARK_CAPTURE(BM_OpenCheckpoint, pytorch, FileFormat::kPytorch);
+
+// Open, validate and read every tensor of a real-sized model directory named by
+// COIL_BENCH_MODEL_DIR (e.g. `coil-make-model --shape 130m --dtype f16 --out DIR`), as a
+// TP1 worker does at start-up. Skipped without it (writing 260 MB takes a while).
+void BM_LoadModelDir(benchmark::State& state, DType to) {
+  const char* dir = std::getenv("COIL_BENCH_MODEL_DIR");
+  if (dir == nullptr) {
+    state.SkipWithError("set COIL_BENCH_MODEL_DIR to a model directory");
+    return;
+  }
+  int64_t bytes = 0;
+  for (auto _ : state) {
+    absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = OpenCheckpoint(dir);
+    if (!checkpoint.ok()) {
+      state.SkipWithError(std::string(checkpoint.status().message()).c_str());
+      return;
+    }
+    bytes = 0;
+    for (const std::string& name : (*checkpoint)->TensorNames()) {
+      TensorInfo info = *(*checkpoint)->Info(name);
+      std::vector<uint8_t> out(info.num_elements() * DTypeSize(to));
+      benchmark::DoNotOptimize((*checkpoint)->ReadTensor(name, to, absl::MakeSpan(out)));
+      bytes += info.num_elements() * DTypeSize(info.dtype);
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+BENCHMARK_CAPTURE(BM_LoadModelDir, to_f32, DType::kF32)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LoadModelDir, to_bf16, DType::kBF16)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace coil::model

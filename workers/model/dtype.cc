@@ -140,8 +140,7 @@ void ConvertFrom(const uint8_t* in, uint8_t* out, DType to, size_t count) {
 
 }  // namespace
 
-void ConvertElements(const void* src, DType src_dtype, void* dst, DType dst_dtype,
-                     size_t count) {
+void ConvertElements(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t count) {
   if (src_dtype == dst_dtype) {
     std::memcpy(dst, src, count * DTypeSize(src_dtype));
     return;

@@ -234,7 +234,7 @@ std::string WriteZipArchive(const std::vector<ZipInput>& entries, uint64_t align
     PutLe(out, 0x4650, 2);
     PutLe(out, padding, 2);
     out.append(padding, 'Z');
-    out += entry.data;
+    out.append(entry.data.data(), entry.data.size());
 
     PutLe(directory, kCentralHeaderSignature, 4);
     PutLe(directory, big ? 45 : 20, 2);  // version made by
