@@ -3,7 +3,9 @@
 # UndefinedBehaviorSanitizer in build-fuzz/, and runs each for a given time on a working
 # copy of its seed corpus. Installs clang and libclang-rt-14-dev (libFuzzer's runtime) when
 # missing: the normal build does not need them. Exits non-zero when a target finds a crash;
-# the input is left in build-fuzz/artifacts/<target>/ (turn it into a regression test).
+# the input is left in build-fuzz/artifacts/<target>/. To make it a regression test, fix the
+# bug and copy the input into tests/fuzz/corpus/<target>/: the model tests replay that
+# folder on every ctest run (FuzzCorpusTest).
 #
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET (default 60)] [TARGET...]
 #   targets: fuzz_safetensors fuzz_torch_zip fuzz_config (default: all)
