@@ -122,7 +122,7 @@ void StoreAt(uint8_t* out, size_t i, float value) {
 }
 
 template <DType kFrom, DType kTo>
-void ConvertLoop(const uint8_t* in, uint8_t* out, size_t count) {
+void ConvertLoop(const uint8_t* __restrict in, uint8_t* __restrict out, size_t count) {
   for (size_t i = 0; i < count; ++i) StoreAt<kTo>(out, i, LoadAt<kFrom>(in, i));
 }
 
