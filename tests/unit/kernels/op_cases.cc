@@ -516,6 +516,13 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
                                                 std::vector<int32_t>{13, 2}, 3));
   cases.push_back(
       std::make_unique<SsmScanCase>(SsmShape{3, 4, 8, 1, 16}, std::vector<int32_t>{40}, 2));
+  // headdim and d_state multiples of 16 (the AVX-512 forms), with remainder blocks.
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{4, 16, 32, 2, 8},
+                                                std::vector<int32_t>{20, 1, 3, 9}, 7));
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{2, 80, 144, 1, 16},
+                                                std::vector<int32_t>{37, 2, 1}, 4));
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{2, 64, 128, 2, 256},
+                                                std::vector<int32_t>{300}, 1));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(5, 96, 2));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(3, 50, 1));
   cases.push_back(std::make_unique<GatedNormApplyCase>(5, 96, 2, 48));
@@ -525,7 +532,7 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   return cases;
 }
 
-std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows) {
+std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode) {
   // mamba2-130m: d_model 768, d_inner 1536, 24 heads of 64, d_state 128, 1 group,
   // in_proj 768 -> 3352, out_proj 1536 -> 768, conv over 1792 channels, vocab 50288.
   std::vector<std::unique_ptr<OpCase>> cases;
@@ -536,9 +543,12 @@ std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows) {
   }
   cases.push_back(std::make_unique<EmbeddingCase>(DType::kBF16, rows, 50288, 768, 0));
   cases.push_back(std::make_unique<AddRmsNormCase>(rows, 768, true));
-  cases.push_back(std::make_unique<CausalConv1dCase>(1792, 4, std::vector<int32_t>{rows}, 4));
-  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{24, 64, 128, 1, 256},
-                                                std::vector<int32_t>{rows}, 4));
+  const std::vector<int32_t> runs =
+      decode ? std::vector<int32_t>(rows, 1) : std::vector<int32_t>{rows};
+  const int state_rows = static_cast<int>(runs.size());
+  cases.push_back(std::make_unique<CausalConv1dCase>(1792, 4, runs, state_rows));
+  cases.push_back(
+      std::make_unique<SsmScanCase>(SsmShape{24, 64, 128, 1, 256}, runs, state_rows));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(rows, 1536, 1));
   cases.push_back(std::make_unique<GatedNormApplyCase>(rows, 1536, 1, 1536));
   cases.push_back(std::make_unique<ArgmaxCase>(rows, 50288));
