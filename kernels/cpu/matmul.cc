@@ -155,7 +155,17 @@ COIL_AVX512_BF16 void TileBf16(const uint16_t* xb, int64_t ldx, const uint16_t* 
 }
 
 template <DType WT>
-COIL_AVX512 inline __m512 LoadW16(const void* w, int64_t i, __mmask16 mask) {
+COIL_AVX512 inline __m512 LoadW16(const void* w, int64_t i) {
+  if constexpr (WT == DType::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(w) + i);
+  } else {
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i)));
+  }
+}
+
+template <DType WT>
+COIL_AVX512 inline __m512 LoadW16Masked(const void* w, int64_t i, __mmask16 mask) {
   if constexpr (WT == DType::kF32) {
     return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(w) + i);
   } else {
@@ -171,12 +181,19 @@ COIL_AVX512 void TileF32(const float* xp, int64_t ldx, const void* w, int64_t k_
   for (int i = 0; i < MR; ++i) {
     for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
   }
-  for (int64_t k = 0; k < k_count; k += 16) {
-    const __mmask16 mask =
-        k + 16 <= k_count ? __mmask16{0xffff}
-                          : static_cast<__mmask16>((1u << (k_count - k)) - 1);
+  int64_t k = 0;
+  for (; k + 16 <= k_count; k += 16) {
     __m512 wv[NR];
-    for (int j = 0; j < NR; ++j) wv[j] = LoadW16<WT>(w, j * k_count + k, mask);
+    for (int j = 0; j < NR; ++j) wv[j] = LoadW16<WT>(w, j * k_count + k);
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xv = _mm512_loadu_ps(xp + i * ldx + k);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+  }
+  if (k < k_count) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (k_count - k)) - 1);
+    __m512 wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = LoadW16Masked<WT>(w, j * k_count + k, mask);
     for (int i = 0; i < MR; ++i) {
       const __m512 xv = _mm512_loadu_ps(xp + i * ldx + k);
       for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
