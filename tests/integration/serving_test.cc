@@ -532,6 +532,39 @@ void ExpectDrain(ServerOptions options, int32_t num_tokens) {
   EXPECT_EQ(*code, 0) << (*server)->LogTail();
 }
 
+// A request still running when --drain-timeout passes ends with FINISH_REASON_CANCELLED
+// (status OK, the tokens so far), and the server still exits 0.
+TEST(ServingTest, DrainTimeoutCancelsWhatIsLeft) {
+  ServerOptions options;
+  options.use_mpirun = false;
+  options.flags = {"--state-rows", "1", "--max-model-len", std::to_string(kLongModelLen),
+                   "--drain-timeout", "1"};
+  auto server = ServerProcess::Start(ServingEnvironment::Get()->model_dir(), options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<Generation> in_flight;
+  std::atomic<bool> started{false};
+  std::thread runner([&] {
+    // Far more than one second of work at about 50 µs per token.
+    in_flight = (*server)->client().Generate(IdsRequest({8, 9}, kLongModelLen - 2),
+                                             [&](const auto&) {
+                                               started = true;
+                                               return true;
+                                             });
+  });
+  while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  (*server)->Signal(SIGTERM);
+  runner.join();
+  ASSERT_TRUE(in_flight.ok()) << in_flight.status();
+  EXPECT_EQ(in_flight->final.finish_reason(), coil::v1::FINISH_REASON_CANCELLED);
+  EXPECT_GT(in_flight->token_ids.size(), 0u);
+  EXPECT_LT(in_flight->token_ids.size(), static_cast<size_t>(kLongModelLen - 2));
+  EXPECT_EQ(in_flight->final.usage().completion_tokens(),
+            static_cast<int32_t>(in_flight->token_ids.size()));
+  std::optional<int> code = (*server)->Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(code.has_value()) << "coil-serve did not exit after the drain timeout";
+  EXPECT_EQ(*code, 0) << (*server)->LogTail();
+}
+
 TEST(ServingTest, SigtermDrainsAlone) {
   ServerOptions options;
   options.use_mpirun = false;
