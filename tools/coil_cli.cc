@@ -101,6 +101,7 @@ int Generate(Client& client, const std::vector<std::string>& args) {
       },
       options);
   std::printf("\n");
+  std::fflush(stdout);  // before the summary on stderr
   if (!generation.ok()) return Fail("generate", generation.status());
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const double ttft =
