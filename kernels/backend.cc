@@ -241,9 +241,23 @@ absl::Status Backend::SsmScan(const Tensor& x, const Tensor& dt, const Tensor& a
                                                    d_state, ")"));
   }
   const int64_t groups = b.dim(1) / d_state;
-  if (heads % groups != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "heads (", heads, ") is not a multiple of ngroups (", groups, "); check b's width"));
+  if (options.heads_per_group == 0) {
+    if (heads % groups != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "heads (", heads, ") is not a multiple of ngroups (", groups, "); check b's width"));
+    }
+  } else {
+    const int64_t hpg = options.heads_per_group, first = options.first_head_in_group;
+    if (first < 0 || first >= hpg) {
+      return absl::InvalidArgumentError(absl::StrCat("first_head_in_group is ", first,
+                                                     "; it must be in [0, heads_per_group ",
+                                                     hpg, ")"));
+    }
+    if (groups != (first + heads - 1) / hpg + 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          heads, " heads starting at head ", first, " of a group of ", hpg, " touch ",
+          (first + heads - 1) / hpg + 1, " groups, but b holds ", groups));
+    }
   }
   COIL_RETURN_IF_ERROR(CheckTensor(*this, "c", c, {DType::kF32}, 2));
   COIL_RETURN_IF_ERROR(CheckDim("c", c, 0, rows, "x's rows"));

@@ -31,6 +31,13 @@ struct SsmScanOptions {
   // (0, inf) is "no limit", as in mamba_ssm.
   float dt_min = 0.0f;
   float dt_max = std::numeric_limits<float>::infinity();
+  // Which B/C group each head reads. By default (heads_per_group 0) the heads divide evenly
+  // into the groups of b and c: head h reads group h / (heads / groups). Tensor parallelism
+  // can give a rank heads that start inside a group and reach into the next ones; b and c
+  // then hold every group those heads touch, and local head h reads local group
+  // (first_head_in_group + h) / heads_per_group.
+  int64_t heads_per_group = 0;
+  int64_t first_head_in_group = 0;
 };
 
 class Backend {

@@ -27,7 +27,9 @@ namespace coil {
 namespace {
 
 struct Dims {
-  int64_t heads, headdim, d_state, groups, heads_per_group, state_rows;
+  int64_t heads, headdim, d_state, groups, heads_per_group, first_head, state_rows;
+  // The local group local head `head` reads (SsmScanOptions::heads_per_group).
+  int64_t GroupOf(int64_t head) const { return (first_head + head) / heads_per_group; }
 };
 
 // A chunk-aligned piece of a sequence's run that takes the SSD form.
@@ -294,7 +296,7 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
                const float* cb, const Dims& dims, int64_t head, float a, float d, float bias,
                const SsmScanOptions& options, int64_t row0, int64_t length, float* h,
                const Tensor& y, ChunkWorkspace& ws, bool avx512) {
-  const int64_t P = dims.headdim, N = dims.d_state, g = head / dims.heads_per_group;
+  const int64_t P = dims.headdim, N = dims.d_state, g = dims.GroupOf(head);
   ws.h_t.resize(static_cast<size_t>(N * P));
   ws.y.resize(static_cast<size_t>(length * P));
   ws.dtv.resize(static_cast<size_t>(length));
@@ -402,7 +404,9 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
   dims.headdim = ssm_state.dim(2);
   dims.d_state = ssm_state.dim(3);
   dims.groups = b.dim(1) / dims.d_state;
-  dims.heads_per_group = dims.heads / dims.groups;
+  dims.heads_per_group =
+      options.heads_per_group > 0 ? options.heads_per_group : dims.heads / dims.groups;
+  dims.first_head = options.heads_per_group > 0 ? options.first_head_in_group : 0;
   dims.state_rows = ssm_state.dim(0) - 1;
   const int64_t P = dims.headdim, N = dims.d_state, H = dims.heads;
   const int num_seqs = batch.num_seqs();
@@ -442,7 +446,7 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
     for (int64_t item = begin; item < end; ++item) {
       const int s = static_cast<int>(item / H);
       const int64_t head = item % H;
-      const int64_t g = head / dims.heads_per_group;
+      const int64_t g = dims.GroupOf(head);
       const int32_t slot = batch.slots[s];
       float* h;
       if (slot == dims.state_rows) {  // the scratch row: never read, not written on the CPU

@@ -1,6 +1,7 @@
 #include "workers/model/mamba2_model.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -39,13 +40,6 @@ absl::StatusOr<std::unique_ptr<Mamba2Model>> Mamba2Model::Load(const Checkpoint&
                                                                const LoadOptions& options) {
   const ModelConfig& config = checkpoint.config();
   COIL_ASSIGN_OR_RETURN(ShardLayout layout, MakeShardLayout(config, comm.size(), comm.rank()));
-  if (!layout.groups_whole() && layout.groups() > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "tensor-parallel size ", comm.size(), " gives rank ", comm.rank(), " heads [",
-        layout.head_begin, ", ", layout.head_end, ") that cover parts of ", layout.groups(),
-        " groups (", config.nheads(), " heads in ", config.ngroups,
-        " groups); use a size that divides ngroups, or one whose head ranges fit in one group"));
-  }
   if (config.bias) {
     return absl::UnimplementedError(
         "in_proj/out_proj biases (bias / use_bias: true) are not supported; Mamba2 "
@@ -232,43 +226,64 @@ absl::Status Mamba2Model::AllReduce(const Tensor& t) {
 }
 
 // rmsnorm(y * silu(z)) * w per group. When this rank holds part of a group, the group's
-// sum of squares is the sum over the ranks that share it: each rank places its partial
-// sums at the group's global index and one all-reduce over [rows, ngroups] adds them.
+// sum of squares is the sum over the ranks that share it: each rank computes the partial
+// sums of each group piece it holds, places them at the group's global index of a
+// [rows, ngroups] buffer, and one all-reduce adds them. Whether groups are whole is the same
+// on every rank (heads per rank % heads per group), so every rank makes the same calls.
 absl::Status Mamba2Model::GroupNorm(const Layer& layer, const Tensor& y, const Tensor& z,
                                     int64_t rows, absl::Status& status,
                                     const std::string& where) {
   const int64_t local_groups = layout_.groups();
-  Tensor sumsq(sumsq_.data(), ::coil::DType::kF32, {rows, local_groups}, backend_.device());
-  if (status.ok()) status = Annotate(backend_.GatedSumSquares(y, z, local_groups, y, sumsq), where);
-  // Whether groups are whole is the same on every rank (heads per rank % heads per group).
-  if (!layout_.groups_whole()) {
-    const int64_t g_all = config_.ngroups;
-    std::vector<float> local(static_cast<size_t>(rows * local_groups));
+  const int64_t group_size = layout_.heads_per_group * config_.headdim;
+  const Device device = backend_.device();
+  Tensor sumsq(sumsq_.data(), ::coil::DType::kF32, {rows, local_groups}, device);
+  auto fail = [&](absl::Status op) {
+    if (status.ok() && !op.ok()) status = Annotate(op, where);
+  };
+  if (layout_.groups_whole()) {
+    if (status.ok()) fail(backend_.GatedSumSquares(y, z, local_groups, y, sumsq));
     if (status.ok()) {
-      status = Annotate(backend_.CopyToHost(local.data(), sumsq.raw(), local.size() * 4), where);
+      fail(backend_.GatedNormApply(y, sumsq, layer.mixer_norm, group_size, mixer_norm_eps_, y));
     }
-    std::vector<float> global(static_cast<size_t>(rows * g_all), 0.0f);
-    for (int64_t t = 0; t < rows; ++t) {
-      for (int64_t g = 0; g < local_groups; ++g) {
-        global[t * g_all + layout_.group_begin + g] = local[t * local_groups + g];
-      }
-    }
-    const auto start = std::chrono::steady_clock::now();
-    COIL_RETURN_IF_ERROR(comm_.AllReduceSum(global.data(), global.size()));
-    comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (int64_t t = 0; t < rows; ++t) {
-      for (int64_t g = 0; g < local_groups; ++g) {
-        local[t * local_groups + g] = global[t * g_all + layout_.group_begin + g];
-      }
-    }
-    if (status.ok()) {
-      status = Annotate(backend_.CopyFromHost(sumsq.raw(), local.data(), local.size() * 4), where);
+    return absl::OkStatus();
+  }
+  // The columns of local group g: its heads on this rank.
+  const int64_t p = config_.headdim, first = layout_.first_head_in_group();
+  auto piece = [&](int64_t g) {
+    const int64_t head_begin = std::max<int64_t>(0, g * layout_.heads_per_group - first);
+    const int64_t head_end =
+        std::min<int64_t>(layout_.heads(), (g + 1) * layout_.heads_per_group - first);
+    return std::pair<int64_t, int64_t>{head_begin * p, (head_end - head_begin) * p};
+  };
+  for (int64_t g = 0; g < local_groups && status.ok(); ++g) {
+    const auto [begin, width] = piece(g);
+    fail(backend_.GatedSumSquares(y.Columns(begin, width), z.Columns(begin, width), 1,
+                                  y.Columns(begin, width), sumsq.Columns(g, 1)));
+  }
+  const int64_t g_all = config_.ngroups;
+  std::vector<float> local(static_cast<size_t>(rows * local_groups));
+  if (status.ok()) fail(backend_.CopyToHost(local.data(), sumsq.raw(), local.size() * 4));
+  std::vector<float> global(static_cast<size_t>(rows * g_all), 0.0f);
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t g = 0; g < local_groups; ++g) {
+      global[t * g_all + layout_.group_begin + g] = local[t * local_groups + g];
     }
   }
-  const int64_t group_size = layout_.heads_per_group * config_.headdim;
-  if (status.ok()) {
-    status = Annotate(
-        backend_.GatedNormApply(y, sumsq, layer.mixer_norm, group_size, mixer_norm_eps_, y), where);
+  const auto start = std::chrono::steady_clock::now();
+  COIL_RETURN_IF_ERROR(comm_.AllReduceSum(global.data(), global.size()));
+  comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t g = 0; g < local_groups; ++g) {
+      local[t * local_groups + g] = global[t * g_all + layout_.group_begin + g];
+    }
+  }
+  if (status.ok()) fail(backend_.CopyFromHost(sumsq.raw(), local.data(), local.size() * 4));
+  for (int64_t g = 0; g < local_groups && status.ok(); ++g) {
+    const auto [begin, width] = piece(g);
+    const Tensor weight(layer.mixer_norm.data<float>() + begin, ::coil::DType::kF32, {width},
+                        device);
+    fail(backend_.GatedNormApply(y.Columns(begin, width), sumsq.Columns(g, 1), weight,
+                                 group_size, mixer_norm_eps_, y.Columns(begin, width)));
   }
   return absl::OkStatus();  // only a failed collective is returned; local errors go in status
 }
@@ -315,6 +330,10 @@ absl::Status Mamba2Model::Forward(const StepMetadata& meta, StatePool& pool, boo
   scan.chunk_size = config_.chunk_size;
   scan.dt_min = static_cast<float>(config_.time_step_min);
   scan.dt_max = static_cast<float>(config_.time_step_max);
+  if (!layout_.groups_whole()) {  // heads may start inside a group (ngroups % tp != 0)
+    scan.heads_per_group = layout_.heads_per_group;
+    scan.first_head_in_group = layout_.first_head_in_group();
+  }
 
   run(backend_.CopyFromHost(ids_.data(), meta.token_ids.data(), static_cast<size_t>(rows) * 4),
       "token ids");

@@ -117,8 +117,11 @@ class TensorParallelTest : public ::testing::TestWithParam<int> {};
 TEST_P(TensorParallelTest, ShardedModelMatchesTheWholeModel) {
   const int ngroups = GetParam();
   auto world = World();
-  const std::string dir =
-      SharedTinyModel(*world, absl::StrCat("g", ngroups), {{"ngroups", absl::StrCat(ngroups)}});
+  std::vector<std::pair<std::string, std::string>> sets = {{"ngroups", absl::StrCat(ngroups)}};
+  // 3 groups: d_model 96 gives 12 heads, 4 per group; at TP2 a rank holds one whole group
+  // and half of the next, at TP4 three heads spanning two groups.
+  if (ngroups == 3) sets.push_back({"d_model", "96"});
+  const std::string dir = SharedTinyModel(*world, absl::StrCat("g", ngroups), sets);
   comm::SingleRankCommunicator single;
   auto whole = Build(dir, single);
   auto sharded = Build(dir, *world);
@@ -155,8 +158,9 @@ TEST_P(TensorParallelTest, ShardedModelMatchesTheWholeModel) {
   EXPECT_EQ(Generate(*sharded->runner, prompt, sampled, 64), Generate(*whole->runner, prompt, sampled, 64));
 }
 
-// ngroups 1 (every rank has a copy of the group), 2 (at TP4 two ranks share each group), 4.
-INSTANTIATE_TEST_SUITE_P(Groups, TensorParallelTest, ::testing::Values(1, 2, 4));
+// ngroups 1 (every rank has a copy of the group), 2 (at TP4 two ranks share each group), 4
+// (whole groups), 3 (ranks whose heads start inside a group and reach into the next).
+INSTANTIATE_TEST_SUITE_P(Groups, TensorParallelTest, ::testing::Values(1, 2, 4, 3));
 
 TEST(TensorParallelMemoryTest, EachRankHoldsItsShareOfTheWeights) {
   auto world = World();
