@@ -16,11 +16,11 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   # MPI: the library and mpirun
   libopenmpi-dev openmpi-bin
-  # CPU matmuls (bf16 on AVX-512 BF16) and JSON (configs, safetensors headers, tokenizer.json)
-  libdnnl-dev nlohmann-json3-dev
+  # JSON (configs, safetensors headers, tokenizer.json); oneDNN, which the matmul benchmark
+  # compares coil's own bf16 kernels against
+  nlohmann-json3-dev libdnnl-dev
   # tokenizer: NFC normalization and Unicode character categories
   libicu-dev
-
   # the Prometheus /metrics endpoint (HTTP) and the Kubernetes manifest check
   libcpp-httplib-dev yamllint shellcheck
 )
