@@ -13,8 +13,11 @@
 #   tests/load/compare_tp.sh [--build build] [--out DIR] [--shape tiny|130m] [--dtype bf16]
 #       [--model DIR] [--duration 30] [--concurrency "1 8 32"] [--rates auto|"0.5 1 2"]
 #       [--prompt-tokens 128] [--output-tokens 128] [--warmup 2] [--threads 2]
-#       [--server-flags "--state_rows 40"]
+#       [--server-flags "--state-rows 40"] [--no-install] [--check]
 #
+# --warmup requests go to each server once, before its first scenario. --no-install draws
+# the plots only if gnuplot is already there. --check ends with a non-zero status unless
+# every scenario ran at both TP sizes with every request completed (the ctest uses it).
 # --rates auto offers 25%, 50%, 75% and 100% of the best closed-loop request rate of the
 # first TP size measured, so the sweep spans the same load for both.
 set -euo pipefail
@@ -33,6 +36,8 @@ WARMUP=2
 THREADS=2
 SERVER_FLAGS=""
 TP_SIZES="1 2"
+INSTALL=1
+CHECK=0
 
 usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
@@ -51,6 +56,8 @@ while [[ $# -gt 0 ]]; do
     --threads) THREADS=$2; shift 2 ;;
     --server-flags) SERVER_FLAGS=$2; shift 2 ;;
     --tp) TP_SIZES=$2; shift 2 ;;
+    --no-install) INSTALL=0; shift ;;
+    --check) CHECK=1; shift ;;
     -h|--help) usage 0 ;;
     *) echo "compare_tp.sh: unknown argument $1; see --help" >&2; exit 2 ;;
   esac
@@ -75,7 +82,10 @@ rm -f "$OUT/summary.tsv"
 # gnuplot draws the plots; install Debian's gnuplot-nox if it is missing (plots are skipped
 # when that is impossible, e.g. without root or a package mirror).
 HAVE_GNUPLOT=1
-if ! command -v gnuplot > /dev/null; then
+if ! command -v gnuplot > /dev/null && [[ $INSTALL -eq 0 ]]; then
+  echo "compare_tp.sh: gnuplot is missing and --no-install was given; no plots" >&2
+  HAVE_GNUPLOT=0
+elif ! command -v gnuplot > /dev/null; then
   echo "compare_tp.sh: installing gnuplot-nox for the plots" >&2
   SUDO=""
   [[ $(id -u) -ne 0 ]] && command -v sudo > /dev/null && SUDO=sudo
@@ -142,13 +152,15 @@ run_scenario() {
   shift 2
   echo "== TP$tp $name"
   "$LOADGEN" --target "127.0.0.1:$PORT" --label "TP$tp" --prompt-tokens "$PROMPT_TOKENS" \
-    --output-tokens "$OUTPUT_TOKENS" --warmup "$WARMUP" --duration "$DURATION" \
+    --output-tokens "$OUTPUT_TOKENS" --warmup "$WARMUP_NOW" --duration "$DURATION" \
     --out "$OUT/tp${tp}_$name.json" --summary-tsv "$OUT/summary.tsv" \
     --ttft-cdf "$OUT/tp${tp}_$name.ttft" "$@" | tee "$OUT/tp${tp}_$name.txt"
+  WARMUP_NOW=0
 }
 
 for tp in $TP_SIZES; do
   start_server "$tp"
+  WARMUP_NOW=$WARMUP
   echo "== coil-serve TP$tp on port $PORT ($MODEL)"
   for c in $CONCURRENCY; do
     run_scenario "$tp" "c$c" --concurrency "$c"
@@ -165,6 +177,10 @@ for tp in $TP_SIZES; do
   code=0
   stop_server || code=$?
   echo "== coil-serve TP$tp stopped (exit $code)"
+  if [[ $code -ne 0 && $CHECK -eq 1 ]]; then
+    echo "compare_tp.sh: coil-serve TP$tp exited with $code after SIGTERM" >&2
+    exit 1
+  fi
 done
 
 # ---- Markdown ----
@@ -270,4 +286,25 @@ unset multiplot
 GNUPLOT
   )
   echo "== wrote $OUT/throughput_vs_concurrency.png latency_percentiles.png ttft_cdf.png rate_sweep.png"
+fi
+
+# ---- --check: every scenario ran at every TP size and its counts add up ----
+if [[ $CHECK -eq 1 ]]; then
+  scenarios=$(( $(wc -w <<< "$CONCURRENCY") + $(wc -w <<< "$RATES") ))
+  expected=$(( scenarios * $(wc -w <<< "$TP_SIZES") ))
+  rows=$(awk 'NR > 1' "$TSV" | wc -l)
+  if [[ $rows -ne $expected ]]; then
+    echo "compare_tp.sh: --check: $rows runs in $TSV; expected $expected" >&2
+    exit 1
+  fi
+  # Columns 5-7: sent, completed, errors.
+  if ! awk -F'\t' 'NR > 1 && ($5 != $6 + $7 || $7 != 0 || $6 == 0) { bad = 1; print "bad run: " $0 }
+                   END { exit bad }' "$TSV" >&2; then
+    echo "compare_tp.sh: --check: a run has errors or counts that do not add up" >&2
+    exit 1
+  fi
+  for f in "$OUT"/tp*_*.json "$OUT/comparison.md"; do
+    [[ -s "$f" ]] || { echo "compare_tp.sh: --check: $f is missing or empty" >&2; exit 1; }
+  done
+  echo "== check passed: $expected runs"
 fi
