@@ -57,7 +57,7 @@ std::string CodeName(absl::StatusCode code) {
   return name.empty() ? absl::StrFormat("CODE_%d", static_cast<int>(code)) : name;
 }
 
-LoadReport BuildReport(const std::vector<RequestRecord>& records) {
+LoadReport BuildReport(const std::vector<RequestRecord>& records, double phase_s) {
   LoadReport report;
   report.sent = static_cast<int64_t>(records.size());
   std::vector<double> ttft, itl, e2e;
@@ -77,7 +77,7 @@ LoadReport BuildReport(const std::vector<RequestRecord>& records) {
   }
   // From the phase's start, not the first send: an open loop's first arrival comes after a
   // random gap that is part of the offered load.
-  report.duration_s = last_done;
+  report.duration_s = std::max(phase_s, last_done);
   if (report.duration_s > 0) {
     report.requests_per_s = static_cast<double>(report.completed) / report.duration_s;
     report.output_tokens_per_s = static_cast<double>(report.output_tokens) / report.duration_s;

@@ -49,7 +49,7 @@ struct LoadReport {
   int64_t sent = 0;
   int64_t completed = 0;
   std::map<std::string, int64_t> errors_by_code;  // gRPC code name -> count
-  double duration_s = 0;                          // the phase's start to the last completion
+  double duration_s = 0;                          // the phase's start to its end
   int64_t prompt_tokens = 0;                      // over completed requests
   int64_t output_tokens = 0;
   double requests_per_s = 0, output_tokens_per_s = 0, total_tokens_per_s = 0;
@@ -61,7 +61,9 @@ struct LoadReport {
 // The gRPC name of a status code ("RESOURCE_EXHAUSTED").
 std::string CodeName(absl::StatusCode code);
 
-LoadReport BuildReport(const std::vector<RequestRecord>& records);
+// `phase_s` is how long the phase lasted (an open loop lasts its whole sending window even
+// when its last request ends early); 0 takes the last completion instead.
+LoadReport BuildReport(const std::vector<RequestRecord>& records, double phase_s = 0);
 
 // The report as JSON (latencies in milliseconds); `config` and `server` are copied in as is.
 // With `samples`, each latency block also lists its sorted samples (for CDF plots).

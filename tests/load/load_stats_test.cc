@@ -119,6 +119,10 @@ TEST(BuildReportTest, CountsThroughputAndLatencies) {
   EXPECT_NEAR(r.e2e_s.max, 1.5, 1e-12);
   // 4 + 2 + 1 gaps; failed requests contribute none.
   EXPECT_EQ(r.itl_s.count, 7);
+  // A phase that lasted 3 s (an open loop's sending window) divides by 3 s instead.
+  const LoadReport window = BuildReport(records, 3.0);
+  EXPECT_DOUBLE_EQ(window.duration_s, 3.0);
+  EXPECT_DOUBLE_EQ(window.requests_per_s, 1.0);
 }
 
 TEST(ReportToJsonTest, HasEveryFieldInMilliseconds) {

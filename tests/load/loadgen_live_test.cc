@@ -146,6 +146,18 @@ TEST_F(LoadgenLiveTest, ClosedAndOpenLoopReportsAddUp) {
   EXPECT_EQ(open["counts"]["completed"].get<int64_t>(), 12) << open["counts"].dump();
   EXPECT_EQ(open["tokens"]["output"].get<int64_t>(), 8 * 12);
 
+  // Prompts from a JSONL file, cycled, each with its own output length: 4 requests over 2
+  // lines ask for 5 + 7 + 5 + 7 = 24 tokens.
+  const std::string jsonl = dir() + "/prompts.jsonl";
+  std::ofstream(jsonl) << "{\"prompt_token_ids\": [3, 4, 5, 6], \"output_tokens\": 5}\n"
+                       << "{\"prompt_token_ids\": [7, 8], \"output_tokens\": 7}\n";
+  const nlohmann::json file =
+      Loadgen(*server, "file", {"--concurrency", "2", "--requests", "4", "--prompts", jsonl});
+  ExpectConsistent(file);
+  EXPECT_EQ(file["counts"]["completed"].get<int64_t>(), 4) << file["counts"].dump();
+  EXPECT_EQ(file["tokens"]["output"].get<int64_t>(), 24);
+  EXPECT_EQ(file["tokens"]["prompt"].get<int64_t>(), 4 + 2 + 4 + 2);
+
   EXPECT_EQ(Stop(*server), 0) << server->LogTail();
 }
 

@@ -295,11 +295,16 @@ class ThreadCount {
   int64_t active_ = 0;
 };
 
+struct PhaseResult {
+  std::vector<RequestRecord> records;
+  double seconds = 0;  // from the phase's start to its last request's end
+};
+
 // Runs one phase to its end and returns its records. Once sending stops (the duration is
 // over, or an open loop has sent --requests), requests in flight get --drain seconds before
 // they are cancelled; a closed loop run by --requests simply waits for its last requests.
-std::vector<RequestRecord> RunPhase(const Options& options, Client& client, RequestFactory& factory,
-                                    uint64_t seed, bool progress) {
+PhaseResult RunPhase(const Options& options, Client& client, RequestFactory& factory, uint64_t seed,
+                     bool progress) {
   Phase phase(Clock::now());
   Budget budget(options, phase);
   std::optional<ProgressBar> bar;
@@ -344,7 +349,7 @@ std::vector<RequestRecord> RunPhase(const Options& options, Client& client, Requ
   if (drains && !count.WaitAll(options.drain_s)) phase.CancelAll();
   for (std::thread& t : threads) t.join();
   bar.reset();
-  return phase.TakeRecords();
+  return {phase.TakeRecords(), phase.Now()};
 }
 
 absl::Status CheckOptions(const Options& o) {
@@ -488,13 +493,14 @@ absl::Status Run() {
     warm.duration_s = 0;
     warm.requests = warmup;
     warm.concurrency = std::max(1, std::min(warmup, std::max(options.concurrency, 1)));
-    std::vector<RequestRecord> records = RunPhase(warm, *client, factory, seed + 1, false);
-    const LoadReport report = BuildReport(records);
+    const LoadReport report =
+        BuildReport(RunPhase(warm, *client, factory, seed + 1, false).records);
     std::fprintf(stderr, "warm-up: %lld requests, %lld errors\n",
                  static_cast<long long>(report.sent), static_cast<long long>(report.errors()));
   }
 
-  const LoadReport report = BuildReport(RunPhase(options, *client, factory, seed, progress));
+  const PhaseResult measured = RunPhase(options, *client, factory, seed, progress);
+  const LoadReport report = BuildReport(measured.records, measured.seconds);
 
   const std::string label = absl::GetFlag(FLAGS_label);
   const nlohmann::json config = {
@@ -529,11 +535,12 @@ absl::Status Run() {
     }
     COIL_RETURN_IF_ERROR(WriteFile(cdf, text, false));
   }
-  std::printf("coil-loadgen %s: %s loop, %s, TP %d\n%s", label.c_str(),
-              options.concurrency > 0
-                  ? absl::StrCat("closed (concurrency ", options.concurrency, ")").c_str()
-                  : absl::StrFormat("open (%.2f req/s)", options.rate).c_str(),
-              target.c_str(), info.tp_size(), FormatTable(report).c_str());
+  const std::string load = options.concurrency > 0
+                               ? absl::StrCat("closed loop, concurrency ", options.concurrency)
+                               : absl::StrFormat("open loop, %.2f req/s", options.rate);
+  std::printf("coil-loadgen%s%s: %s against %s (TP %d)\n%s", label.empty() ? "" : " ",
+              label.c_str(), load.c_str(), target.c_str(), info.tp_size(),
+              FormatTable(report).c_str());
   return absl::OkStatus();
 }
 
