@@ -12,7 +12,7 @@
 #
 #   tests/load/compare_tp.sh [--build build] [--out DIR] [--shape tiny|130m] [--dtype bf16]
 #       [--model DIR] [--duration 30] [--concurrency "1 8 32"] [--rates auto|"0.5 1 2"]
-#       [--prompt-tokens 128] [--output-tokens 128] [--warmup 2] [--threads 2]
+#       [--prompt-tokens 128] [--output-tokens 128] [--warmup 2] [--threads 2] [--drain 60]
 #       [--server-flags "--state-rows 40"] [--no-install] [--check]
 #
 # --warmup requests go to each server once, before its first scenario. --no-install draws
@@ -33,6 +33,7 @@ RATES=auto
 PROMPT_TOKENS=128
 OUTPUT_TOKENS=128
 WARMUP=2
+DRAIN=60
 THREADS=2
 SERVER_FLAGS=""
 TP_SIZES="1 2"
@@ -53,6 +54,7 @@ while [[ $# -gt 0 ]]; do
     --prompt-tokens) PROMPT_TOKENS=$2; shift 2 ;;
     --output-tokens) OUTPUT_TOKENS=$2; shift 2 ;;
     --warmup) WARMUP=$2; shift 2 ;;
+    --drain) DRAIN=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --server-flags) SERVER_FLAGS=$2; shift 2 ;;
     --tp) TP_SIZES=$2; shift 2 ;;
@@ -152,7 +154,7 @@ run_scenario() {
   shift 2
   echo "== TP$tp $name"
   "$LOADGEN" --target "127.0.0.1:$PORT" --label "TP$tp" --prompt-tokens "$PROMPT_TOKENS" \
-    --output-tokens "$OUTPUT_TOKENS" --warmup "$WARMUP_NOW" --duration "$DURATION" \
+    --output-tokens "$OUTPUT_TOKENS" --warmup "$WARMUP_NOW" --duration "$DURATION" --drain "$DRAIN" \
     --out "$OUT/tp${tp}_$name.json" --summary-tsv "$OUT/summary.tsv" \
     --ttft-cdf "$OUT/tp${tp}_$name.ttft" "$@" | tee "$OUT/tp${tp}_$name.txt"
   WARMUP_NOW=0

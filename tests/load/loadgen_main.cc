@@ -330,14 +330,14 @@ PhaseResult RunPhase(const Options& options, Client& client, RequestFactory& fac
     std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
     std::exponential_distribution<double> gap(options.rate);
     double arrival_s = 0;
-    while (true) {
+    // By count: the loop ends with the last arrival. By time: it claims until the window ends.
+    while (budget.Claim()) {
       arrival_s += gap(rng);
       if (options.duration_s > 0 && arrival_s >= options.duration_s) {
         std::this_thread::sleep_until(at(options.duration_s));
         break;
       }
       std::this_thread::sleep_until(at(arrival_s));
-      if (!budget.Claim()) break;
       count.Add();
       threads.emplace_back([&, request = factory.Next()] {
         phase.Execute(client, request, options.timeout_s);
