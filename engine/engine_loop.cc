@@ -25,8 +25,8 @@ StreamFinish ToStreamFinish(FinishReason reason) {
 }  // namespace
 
 EngineLoop::EngineLoop(std::unique_ptr<Scheduler> scheduler, const tokenizer::Tokenizer& tokenizer,
-                       StepExecutor& executor)
-    : scheduler_(std::move(scheduler)), tokenizer_(tokenizer), executor_(executor) {
+                       StepExecutor& executor, metrics::CoilMetrics* metrics)
+    : scheduler_(std::move(scheduler)), tokenizer_(tokenizer), executor_(executor), metrics_(metrics) {
   PublishSnapshot();
 }
 
@@ -97,8 +97,24 @@ void EngineLoop::PublishSnapshot() {
   snapshot.pages_free = counters.pages_free;
   snapshot.pages_total = counters.pages_free + counters.pages_used;
   snapshot.steps = counters.steps;
+  if (metrics_ != nullptr) {
+    metrics_->requests_waiting().Set(counters.waiting);
+    metrics_->requests_running().Set(counters.running);
+    metrics_->state_rows_free().Set(counters.rows_free);
+    metrics_->state_rows_used().Set(counters.rows_used);
+    metrics_->kv_pages_free().Set(counters.pages_free);
+    metrics_->kv_pages_used().Set(counters.pages_used);
+    if (counters.preemptions > preemptions_seen_) {
+      metrics_->preemptions().Increment(static_cast<double>(counters.preemptions - preemptions_seen_));
+      preemptions_seen_ = counters.preemptions;
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   snapshot_ = snapshot;
+}
+
+void EngineLoop::CountFailure(const absl::Status& status) {
+  if (metrics_ != nullptr) metrics_->RequestsFailed(status.code()).Increment();
 }
 
 void EngineLoop::Loop() {
@@ -152,6 +168,7 @@ void EngineLoop::Admit(Submission submission) {
   request.ignore_eos = input.ignore_eos;
   const absl::Status added = scheduler_->AddRequest(std::move(request));
   if (!added.ok()) {
+    CountFailure(added);
     StreamBatch refusal;
     refusal.error = added;
     submission.stream->Push(std::move(refusal));
@@ -165,6 +182,7 @@ void EngineLoop::Admit(Submission submission) {
   active.wants_logprobs = input.sampling.logprobs || input.sampling.top_logprobs > 0;
   active.prompt_tokens = static_cast<int32_t>(input.prompt.size());
   active.arrival = submission.arrival;
+  if (metrics_ != nullptr) metrics_->prompt_tokens().Increment(active.prompt_tokens);
   active_.emplace(id, std::move(active));
 }
 
@@ -192,6 +210,7 @@ void EngineLoop::RunOneStep() {
   }
   const StepResult result = executor_.Run(plan);
   auto updates = scheduler_->Update(plan, result);
+  if (metrics_ != nullptr) metrics_->step_duration().Observe(SecondsBetween(now, Clock::now()));
   if (!updates.ok()) {
     COIL_LOG(ERROR) << "applying step " << plan.step_id << ": " << updates.status();
     return;
@@ -207,6 +226,7 @@ void EngineLoop::Apply(const RequestUpdate& update) {
     StreamBatch failure;
     failure.error = update.error.ok() ? absl::InternalError("the step failed on a worker rank")
                                       : update.error;
+    CountFailure(failure.error);
     active.stream->Push(std::move(failure));
     active_.erase(it);
     return;
@@ -214,7 +234,17 @@ void EngineLoop::Apply(const RequestUpdate& update) {
   StreamBatch batch;
   if (update.token.has_value()) {
     const SampledToken& token = *update.token;
-    if (!active.first_token.has_value()) active.first_token = Clock::now();
+    const Clock::time_point now = Clock::now();
+    if (metrics_ != nullptr) {
+      metrics_->generated_tokens().Increment();
+      if (active.first_token.has_value()) {
+        metrics_->inter_token_latency().Observe(SecondsBetween(active.last_token, now));
+      } else {
+        metrics_->time_to_first_token().Observe(SecondsBetween(active.arrival, now));
+      }
+    }
+    if (!active.first_token.has_value()) active.first_token = now;
+    active.last_token = now;
     ++active.completion_tokens;
     batch.token_ids.push_back(token.token_id);
     if (active.wants_logprobs) {
@@ -267,6 +297,17 @@ void EngineLoop::End(uint64_t request_id, Active& active, StreamBatch batch, Str
   final.time_to_first_token_seconds =
       active.first_token.has_value() ? SecondsBetween(active.arrival, *active.first_token) : 0.0;
   final.total_seconds = SecondsBetween(active.arrival, now);
+  if (metrics_ != nullptr) {
+    metrics_->request_latency().Observe(final.total_seconds);
+    metrics::FinishReason counted = metrics::FinishReason::kLength;
+    switch (reason) {
+      case StreamFinish::kStop: counted = metrics::FinishReason::kStop; break;
+      case StreamFinish::kEos: counted = metrics::FinishReason::kEos; break;
+      case StreamFinish::kCancelled: counted = metrics::FinishReason::kCancelled; break;
+      default: break;
+    }
+    metrics_->RequestsFinished(counted).Increment();
+  }
   batch.final = std::move(final);
   active.stream->Push(std::move(batch));
   active_.erase(request_id);

@@ -20,6 +20,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "engine/metrics/coil_metrics.h"
 #include "engine/request_stream.h"
 #include "engine/request_validation.h"
 #include "engine/stop_matcher.h"
@@ -54,9 +55,9 @@ class EngineLoop {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `tokenizer` and `executor` must outlive the loop.
+  // `tokenizer`, `executor` and `metrics` (null: none recorded) must outlive the loop.
   EngineLoop(std::unique_ptr<Scheduler> scheduler, const tokenizer::Tokenizer& tokenizer,
-             StepExecutor& executor);
+             StepExecutor& executor, metrics::CoilMetrics* metrics = nullptr);
   ~EngineLoop();  // drains with no grace period if still running
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
@@ -99,6 +100,7 @@ class EngineLoop {
     Clock::time_point arrival;
     std::optional<Clock::time_point> admitted;
     std::optional<Clock::time_point> first_token;
+    Clock::time_point last_token;
   };
 
   void Loop();
@@ -110,10 +112,14 @@ class EngineLoop {
   void End(uint64_t request_id, Active& active, StreamBatch batch, StreamFinish reason,
            std::string matched_stop);
   void PublishSnapshot();
+  // Counts a request that ended with an error (metrics only).
+  void CountFailure(const absl::Status& status);
 
   std::unique_ptr<Scheduler> scheduler_;  // the loop's thread only
   const tokenizer::Tokenizer& tokenizer_;
   StepExecutor& executor_;
+  metrics::CoilMetrics* metrics_;
+  int64_t preemptions_seen_ = 0;
   absl::flat_hash_map<uint64_t, Active> active_;  // the loop's thread only
   std::atomic<uint64_t> next_request_id_{1};
 

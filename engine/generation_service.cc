@@ -157,17 +157,18 @@ absl::StatusOr<GenerationInput> ToInput(const GenerateRequest& request,
 grpc::ServerWriteReactor<GenerateResponse>* GenerationService::Generate(
     grpc::CallbackServerContext* /*context*/, const GenerateRequest* request) {
   auto* reactor = new GenerateReactor(engine_, tokenizer_);  // NOLINT: deleted in OnDone
-  if (engine_.draining()) {
-    reactor->Refuse(absl::UnavailableError(
-        "the server is shutting down and takes no new requests; retry on another replica"));
+  auto refuse = [&](const absl::Status& status) {
+    if (metrics_ != nullptr) metrics_->RequestsFailed(status.code()).Increment();
+    reactor->Refuse(status);
     return reactor;
+  };
+  if (engine_.draining()) {
+    return refuse(absl::UnavailableError(
+        "the server is shutting down and takes no new requests; retry on another replica"));
   }
   absl::StatusOr<GenerationInput> input = ToInput(*request, tokenizer_);
-  absl::Status valid = input.ok() ? ValidateGeneration(*input, limits_) : input.status();
-  if (!valid.ok()) {
-    reactor->Refuse(valid);
-    return reactor;
-  }
+  const absl::Status valid = input.ok() ? ValidateGeneration(*input, limits_) : input.status();
+  if (!valid.ok()) return refuse(valid);
   const uint64_t id = engine_.NextRequestId();
   std::string client_id = request->request_id().empty() ? absl::StrCat("coil-", id)
                                                         : request->request_id();
@@ -175,6 +176,7 @@ grpc::ServerWriteReactor<GenerateResponse>* GenerationService::Generate(
   reactor->Attach(stream);
   const absl::Status submitted = engine_.Submit(stream, std::move(input).value());
   if (!submitted.ok()) {
+    if (metrics_ != nullptr) metrics_->RequestsFailed(submitted.code()).Increment();
     StreamBatch refusal;
     refusal.error = submitted;
     stream->Push(std::move(refusal));

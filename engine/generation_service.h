@@ -8,6 +8,7 @@
 
 #include "coil/v1/generation.grpc.pb.h"
 #include "engine/engine_loop.h"
+#include "engine/metrics/coil_metrics.h"
 #include "engine/request_validation.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -16,10 +17,15 @@ namespace coil {
 class GenerationService final : public coil::v1::Generation::CallbackService {
  public:
   // `static_info` holds the fields of GetModelInfo that never change; the live budgets
-  // come from the loop. Every reference must outlive the service.
+  // come from the loop. Every reference (and `metrics`, null: none) must outlive the service.
   GenerationService(EngineLoop& engine, const tokenizer::Tokenizer& tokenizer,
-                    const ServingLimits& limits, coil::v1::ModelInfo static_info)
-      : engine_(engine), tokenizer_(tokenizer), limits_(limits), static_info_(std::move(static_info)) {}
+                    const ServingLimits& limits, coil::v1::ModelInfo static_info,
+                    metrics::CoilMetrics* metrics = nullptr)
+      : engine_(engine),
+        tokenizer_(tokenizer),
+        limits_(limits),
+        static_info_(std::move(static_info)),
+        metrics_(metrics) {}
 
   grpc::ServerWriteReactor<coil::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const coil::v1::GenerateRequest* request) override;
@@ -38,6 +44,7 @@ class GenerationService final : public coil::v1::Generation::CallbackService {
   const tokenizer::Tokenizer& tokenizer_;
   const ServingLimits limits_;
   const coil::v1::ModelInfo static_info_;
+  metrics::CoilMetrics* metrics_;
 };
 
 }  // namespace coil

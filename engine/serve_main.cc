@@ -37,6 +37,8 @@
 #include "common/status_macros.h"
 #include "engine/engine_loop.h"
 #include "engine/generation_service.h"
+#include "engine/metrics/coil_metrics.h"
+#include "engine/metrics/exporter.h"
 #include "engine/request_validation.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/tokenizer_files.h"
@@ -58,7 +60,8 @@
 ABSL_FLAG(std::string, model, "", "model directory (config.json and weights)");
 ABSL_FLAG(std::string, host, "0.0.0.0", "address to listen on");
 ABSL_FLAG(int32_t, port, 50051, "port to listen on (0: pick a free one; see --port-file)");
-ABSL_FLAG(std::string, port_file, "", "write the port listened on to this file once serving");
+ABSL_FLAG(std::string, port_file, "",
+          "once serving, write the gRPC port and the metrics port (-1: off) to this file, one a line");
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json (default: the model's, else GPT-NeoX-20B)");
 ABSL_FLAG(int32_t, state_rows, 0,
           "recurrent-state rows, i.e. requests running at once (0: derive from --memory-budget)");
@@ -75,6 +78,9 @@ ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0: the cores divided among
 ABSL_FLAG(int32_t, drain_timeout, 30,
           "seconds in-flight requests may run after SIGTERM/SIGINT before they are cancelled");
 ABSL_FLAG(std::string, weights, "auto", "matrix weight type: auto, f32 or bf16");
+ABSL_FLAG(int32_t, metrics_port, 9400,
+          "port of the Prometheus /metrics endpoint on --host (0: any free port; -1: off)");
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda (cuda needs a build with COIL_CUDA)");
 
 namespace coil {
 namespace {
@@ -122,6 +128,7 @@ struct ServePlan {
   model::ModelConfig model;
   SchedulerConfig scheduler;
   int64_t state_bytes_per_sequence = 0;  // the largest over the ranks
+  BackendKind backend = BackendKind::kCpu;
 };
 
 absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int tp_size) {
@@ -129,6 +136,14 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
     return absl::InvalidArgumentError("--model is required: the directory holding config.json and the weights");
   }
   ServePlan plan;
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device == "cpu") {
+    plan.backend = BackendKind::kCpu;
+  } else if (device == "cuda") {
+    plan.backend = BackendKind::kCuda;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--device is '", device, "'; use cpu or cuda"));
+  }
   COIL_ASSIGN_OR_RETURN(plan.model, model::LoadModelConfig(model_dir));
   if (plan.model.nheads() % tp_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -231,7 +246,7 @@ coil::v1::ModelInfo StaticInfo(const std::string& model_dir, const model::Mamba2
   info.set_nheads(static_cast<int32_t>(m.nheads()));
   info.set_ngroups(static_cast<int32_t>(m.ngroups));
   info.set_dtype(DTypeName(model.weight_dtype()));
-  info.set_device("cpu");
+  info.set_device(absl::GetFlag(FLAGS_device));
   info.set_tp_size(tp_size);
   info.set_max_model_len(config.max_model_len);
   info.set_block_size(config.block_size);
@@ -253,14 +268,37 @@ int Serve(const ServePlan& plan, model::Mamba2Model& model, ModelRunner& runner,
     driver.Shutdown().IgnoreError();
     return 1;
   }
-  EngineLoop engine(std::move(scheduler).value(), tok, executor);
+  // Metrics first: a port that cannot be bound ends start-up before anything serves.
+  auto served_metrics = metrics::CoilMetrics::Create();
+  std::unique_ptr<metrics::MetricsExporter> exporter;
+  if (served_metrics.ok() && absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    auto started = metrics::MetricsExporter::Start((*served_metrics)->registry(), absl::GetFlag(FLAGS_host),
+                                                   absl::GetFlag(FLAGS_metrics_port));
+    if (!started.ok()) {
+      served_metrics = started.status();
+    } else {
+      exporter = std::move(started).value();
+    }
+  }
+  if (!served_metrics.ok()) {
+    std::fprintf(stderr, "coil-serve: metrics: %s; choose another --metrics-port (-1: off)\n",
+                 served_metrics.status().ToString().c_str());
+    driver.Shutdown().IgnoreError();
+    return 1;
+  }
+  if (exporter != nullptr) {
+    COIL_LOG(INFO) << "metrics on http://" << absl::GetFlag(FLAGS_host) << ":" << exporter->port()
+                   << "/metrics";
+  }
+  EngineLoop engine(std::move(scheduler).value(), tok, executor, served_metrics->get());
   engine.Start();
 
   ServingLimits limits;
   limits.max_model_len = config.max_model_len;
   limits.vocab_size = static_cast<int32_t>(std::min<int64_t>(model.config().vocab_size, tok.vocab_size()));
   const std::string model_dir = absl::GetFlag(FLAGS_model);
-  GenerationService service(engine, tok, limits, StaticInfo(model_dir, model, config, comm.size()));
+  GenerationService service(engine, tok, limits, StaticInfo(model_dir, model, config, comm.size()),
+                            served_metrics->get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -285,7 +323,7 @@ int Serve(const ServePlan& plan, model::Mamba2Model& model, ModelRunner& runner,
     const std::string path = absl::GetFlag(FLAGS_port_file);
     {
       std::ofstream out(path + ".tmp");
-      out << port << "\n";
+      out << port << "\n" << (exporter != nullptr ? exporter->port() : -1) << "\n";
     }
     std::rename((path + ".tmp").c_str(), path.c_str());  // readers never see half a file
   }
@@ -388,7 +426,7 @@ int Main(int argc, char** argv) {
     }
     BackendOptions backend_options;
     backend_options.threads = threads;
-    COIL_ASSIGN_OR_RETURN(backend, CreateBackend(BackendKind::kCpu, backend_options));
+    COIL_ASSIGN_OR_RETURN(backend, CreateBackend(plan->backend, backend_options));
     COIL_ASSIGN_OR_RETURN(checkpoint, model::OpenCheckpoint(model_dir));
     model::LoadOptions load;
     COIL_ASSIGN_OR_RETURN(load.weight_type, model::ParseWeightType(absl::GetFlag(FLAGS_weights)));

@@ -28,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/command_line.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -253,7 +254,7 @@ int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coil-run --model DIR (--prompt TEXT | --ids 1,2,3) [--max-tokens N] [--threads T] "
       "[--dump-logits FILE.npy] [--score FILE]");
-  absl::ParseCommandLine(argc, argv);
+  ParseDashedCommandLine(argc, argv);
   auto session = StartSession(&argc, &argv);
   if (!session.ok()) {
     std::fprintf(stderr, "coil-run: %s\n", session.status().ToString().c_str());

@@ -15,6 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/command_line.h"
 #include "engine/tokenizer/tokenizer_files.h"
 
 ABSL_FLAG(std::string, tokenizer, "",
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coil-tokenize [--tokenizer FILE] [--decode]: reads one JSON string per line from stdin "
       "and prints its token ids as a JSON array (--decode: the reverse)");
-  absl::ParseCommandLine(argc, argv);
+  coil::ParseDashedCommandLine(argc, argv);
   auto tokenizer = coil::tokenizer::LoadTokenizerForModel("", absl::GetFlag(FLAGS_tokenizer));
   if (!tokenizer.ok()) {
     std::cerr << "coil-tokenize: " << tokenizer.status().message() << "\n";

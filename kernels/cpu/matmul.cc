@@ -6,7 +6,9 @@
 // for any M. With bf16 weights the x row is rounded to bf16 (DESIGN §6) and the products
 // taken by vdpbf16ps where the CPU has AVX-512 BF16.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -25,7 +27,8 @@ namespace {
 
 constexpr int kMr = 4;        // x rows per tile
 constexpr int kNr = 4;        // W rows per tile
-constexpr int64_t kMb = 64;   // x rows per cache block (L2)
+constexpr int64_t kMb = 256;  // x rows per cache block (L2)
+constexpr int64_t kNb = 32;   // W rows per cache block (L1/L2), swept by every x tile
 
 // ---------------------------------------------------------------- reference
 void MatmulRef(const Tensor& x, const Tensor& w, const Tensor& y, int64_t m_begin,
@@ -152,7 +155,17 @@ COIL_AVX512_BF16 void TileBf16(const uint16_t* xb, int64_t ldx, const uint16_t* 
 }
 
 template <DType WT>
-COIL_AVX512 inline __m512 LoadW16(const void* w, int64_t i, __mmask16 mask) {
+COIL_AVX512 inline __m512 LoadW16(const void* w, int64_t i) {
+  if constexpr (WT == DType::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(w) + i);
+  } else {
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i)));
+  }
+}
+
+template <DType WT>
+COIL_AVX512 inline __m512 LoadW16Masked(const void* w, int64_t i, __mmask16 mask) {
   if constexpr (WT == DType::kF32) {
     return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(w) + i);
   } else {
@@ -168,12 +181,19 @@ COIL_AVX512 void TileF32(const float* xp, int64_t ldx, const void* w, int64_t k_
   for (int i = 0; i < MR; ++i) {
     for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
   }
-  for (int64_t k = 0; k < k_count; k += 16) {
-    const __mmask16 mask =
-        k + 16 <= k_count ? __mmask16{0xffff}
-                          : static_cast<__mmask16>((1u << (k_count - k)) - 1);
+  int64_t k = 0;
+  for (; k + 16 <= k_count; k += 16) {
     __m512 wv[NR];
-    for (int j = 0; j < NR; ++j) wv[j] = LoadW16<WT>(w, j * k_count + k, mask);
+    for (int j = 0; j < NR; ++j) wv[j] = LoadW16<WT>(w, j * k_count + k);
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xv = _mm512_loadu_ps(xp + i * ldx + k);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+  }
+  if (k < k_count) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (k_count - k)) - 1);
+    __m512 wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = LoadW16Masked<WT>(w, j * k_count + k, mask);
     for (int i = 0; i < MR; ++i) {
       const __m512 xv = _mm512_loadu_ps(xp + i * ldx + k);
       for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -209,24 +229,41 @@ COIL_AVX512_BF16 void RowToBf16(const float* src, uint16_t* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = FloatToBf16(src[i]);
 }
 
-// Runs the tile kernels over all rows and W rows [n_begin, n_end): x rows in cache blocks
-// of kMb (L2), W in tiles of kNr rows (L1), each tile swept over the block's rows.
+// Runs the tile kernels over all rows and W rows [n_begin, n_end): x in blocks of kMb rows
+// (L2), W in blocks of kNb rows; each x tile (L1) is swept over the W block's tiles.
 template <typename XT, typename WT, typename TileFn>
 void RunTiles(const XT* xpacked, int64_t ldx, int64_t m_count, const WT* w, int64_t ldw,
               int64_t k_count, const Tensor& y, int64_t n_begin, int64_t n_end,
               const TileFn (&tiles)[4][4]) {
   for (int64_t m0 = 0; m0 < m_count; m0 += kMb) {
     const int64_t m1 = std::min(m_count, m0 + kMb);
-    for (int64_t n = n_begin; n < n_end; n += kNr) {
-      const int nr = static_cast<int>(std::min<int64_t>(kNr, n_end - n));
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += kNb) {
+      const int64_t n1 = std::min(n_end, n0 + kNb);
       for (int64_t m = m0; m < m1; m += kMr) {
         const int mr = static_cast<int>(std::min<int64_t>(kMr, m1 - m));
-        tiles[mr - 1][nr - 1](xpacked + m * ldx, ldx, w + n * ldw, k_count, RowF32(y, m) + n,
-                              y.stride(0));
+        for (int64_t n = n0; n < n1; n += kNr) {
+          const int nr = static_cast<int>(std::min<int64_t>(kNr, n1 - n));
+          tiles[mr - 1][nr - 1](xpacked + m * ldx, ldx, w + n * ldw, k_count, RowF32(y, m) + n,
+                                y.stride(0));
+        }
       }
     }
   }
 }
+
+// A 64-byte aligned, zero-filled scratch array (x rows packed for the tiles).
+template <typename T>
+struct AlignedArray {
+  explicit AlignedArray(int64_t n)
+      : data(static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64))) {
+    std::memset(data.get(), 0, n * sizeof(T));
+  }
+  T* get() const { return data.get(); }
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data;
+};
 #endif  // __x86_64__
 
 }  // namespace
@@ -242,27 +279,27 @@ void CpuMatmul(const CpuContext& ctx, const Tensor& x, const Tensor& w, const Te
 #if defined(__x86_64__)
   if (w.dtype() == DType::kBF16 && cpu.avx512_bf16) {
     const int64_t ldx = (k_count + 31) / 32 * 32;
-    std::vector<uint16_t> xb(static_cast<size_t>(m_count * ldx), 0);
+    AlignedArray<uint16_t> xb(m_count * ldx);
     ctx.pool->ParallelFor(m_count, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t m = begin; m < end; ++m) RowToBf16(RowF32(x, m), xb.data() + m * ldx, k_count);
+      for (int64_t m = begin; m < end; ++m) RowToBf16(RowF32(x, m), xb.get() + m * ldx, k_count);
     });
     const uint16_t* wp = w.data<uint16_t>();
     ctx.pool->ParallelFor(n_count, kNr, [&](int64_t n_begin, int64_t n_end) {
-      RunTiles(xb.data(), ldx, m_count, wp, k_count, k_count, y, n_begin, n_end, kBf16Tiles);
+      RunTiles(xb.get(), ldx, m_count, wp, k_count, k_count, y, n_begin, n_end, kBf16Tiles);
     });
     return;
   }
   if (w.dtype() != DType::kBF16 && cpu.avx512) {
     const int64_t ldx = (k_count + 15) / 16 * 16;
-    std::vector<float> xp(static_cast<size_t>(m_count * ldx), 0.0f);
+    AlignedArray<float> xp(m_count * ldx);
     for (int64_t m = 0; m < m_count; ++m) {
-      std::memcpy(xp.data() + m * ldx, RowF32(x, m), sizeof(float) * k_count);
+      std::memcpy(xp.get() + m * ldx, RowF32(x, m), sizeof(float) * k_count);
     }
     const auto& tiles = w.dtype() == DType::kF32 ? kF32Tiles : kF16Tiles;
     const char* wp = static_cast<const char*>(w.raw());
     const int64_t row_bytes = k_count * static_cast<int64_t>(DTypeSize(w.dtype()));
     ctx.pool->ParallelFor(n_count, kNr, [&](int64_t n_begin, int64_t n_end) {
-      RunTiles(xp.data(), ldx, m_count, wp, row_bytes, k_count, y, n_begin, n_end, tiles);
+      RunTiles(xp.get(), ldx, m_count, wp, row_bytes, k_count, y, n_begin, n_end, tiles);
     });
     return;
   }

@@ -5,7 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -97,7 +100,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::s
             "--allow-run-as-root", "--mca", "odls_base_sigkill_timeout", "40"};
   }
   argv.insert(argv.end(), {COIL_SERVE_PATH, "--model", model_dir, "--host", "127.0.0.1", "--port",
-                           "0", "--port_file", port_file, "--threads", "1"});
+                           "0", "--metrics-port", "0", "--port_file", port_file, "--threads", "1"});
   argv.insert(argv.end(), options.flags.begin(), options.flags.end());
   absl::StatusOr<pid_t> pid = Spawn(argv, server->log_path_);
   if (!pid.ok()) return pid.status();
@@ -117,7 +120,10 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::s
                                                       server->LogTail()));
     }
     std::ifstream in(port_file);
-    if (in) std::getline(in, port);
+    std::string metrics_port;
+    if (in && std::getline(in, port) && std::getline(in, metrics_port)) {
+      server->metrics_port_ = std::stoi(metrics_port);
+    }
   }
   server->target_ = absl::StrCat("127.0.0.1:", port);
   absl::StatusOr<std::unique_ptr<Client>> client =
@@ -182,6 +188,34 @@ std::optional<int> ServerProcess::Wait(std::chrono::seconds timeout) {
   std::optional<int> code = WaitPid(pid_, timeout);
   if (code.has_value()) reaped_ = true;
   return code;
+}
+
+absl::StatusOr<std::string> ServerProcess::FetchMetrics() const {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError("socket failed");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(metrics_port_));
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot connect to metrics port ", metrics_port_));
+  }
+  const std::string request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return absl::InternalError("write failed");
+  }
+  std::string response;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) response.append(buffer, static_cast<size_t>(n));
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  if (response.rfind("HTTP/1.", 0) != 0 || body == std::string::npos ||
+      response.find(" 200 ") == std::string::npos) {
+    return absl::InternalError(absl::StrCat("unexpected metrics response: ", response.substr(0, 200)));
+  }
+  return response.substr(body + 4);
 }
 
 std::string ServerProcess::LogTail() const {

@@ -45,6 +45,9 @@ class ServerProcess {
   ~ServerProcess();  // Signal(SIGTERM), then SIGKILL if it does not end within 30 s
 
   const std::string& target() const { return target_; }
+  int metrics_port() const { return metrics_port_; }
+  // GET /metrics from the server's Prometheus endpoint: the body, or an error.
+  absl::StatusOr<std::string> FetchMetrics() const;
   Client& client() { return *client_; }
   pid_t pid() const { return pid_; }
 
@@ -66,6 +69,7 @@ class ServerProcess {
   std::unique_ptr<TempDir> dir_;
   std::string log_path_;
   std::string target_;
+  int metrics_port_ = -1;
   std::unique_ptr<Client> client_;
 };
 

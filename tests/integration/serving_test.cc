@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -178,6 +180,40 @@ TEST(ServingTest, StreamsTokensAndText) {
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(generation->text, *text);
   ExpectAllRowsFree(client);
+}
+
+// The value of one sample line ("name{labels} value") of a Prometheus text page; -1 if absent.
+double MetricValue(const std::string& page, const std::string& series) {
+  const std::string prefix = series + " ";
+  for (size_t at = 0; at < page.size();) {
+    const size_t end = page.find('\n', at);
+    const std::string line = page.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    if (line.rfind(prefix, 0) == 0) return std::stod(line.substr(prefix.size()));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return -1.0;
+}
+
+// One request of 7 tokens moves the counters by exactly its own figures (the test runs
+// alone against this server).
+TEST(ServingTest, MetricsCountARequest) {
+  ServerProcess& server = ServingEnvironment::Get()->Tp(1);
+  ASSERT_GT(server.metrics_port(), 0);
+  auto before = server.FetchMetrics();
+  ASSERT_TRUE(before.ok()) << before.status();
+  auto generation = server.client().Generate(IdsRequest({5, 9, 13, 17, 21}, 7));
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  ExpectAllRowsFree(server.client());  // the gauges are set before the snapshot it reads
+  auto after = server.FetchMetrics();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(MetricValue(*after, "coil_generated_tokens_total") -
+                MetricValue(*before, "coil_generated_tokens_total"), 7.0);
+  EXPECT_EQ(MetricValue(*after, "coil_prompt_tokens_total") -
+                MetricValue(*before, "coil_prompt_tokens_total"), 5.0);
+  EXPECT_EQ(MetricValue(*after, "coil_requests_finished_total{reason=\"length\"}") -
+                MetricValue(*before, "coil_requests_finished_total{reason=\"length\"}"), 1.0);
+  EXPECT_EQ(MetricValue(*after, "coil_state_rows_free"), 8.0);
 }
 
 TEST(ServingTest, StopStringEndsGenerationAndNeverLeaks) {
@@ -397,6 +433,40 @@ TEST(ServingTest, FullQueueIsResourceExhausted) {
   auto after = client.Generate(IdsRequest({3, 6}, 8));
   EXPECT_TRUE(after.ok()) << after.status();
   ExpectAllRowsFree(client);
+}
+
+// Configuration errors stop every rank before anything is loaded, with a message that
+// names the flag to change; rank 0 reports.
+TEST(ServingTest, ConfigurationErrorsNameTheFlag) {
+  const std::string model = ServingEnvironment::Get()->model_dir();
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> argv;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      // The tiny model has 8 heads.
+      {{COIL_MPIEXEC_PATH, "-np", "3", "--oversubscribe", "--allow-run-as-root", COIL_SERVE_PATH,
+        "--model", model, "--metrics-port", "-1", "--threads", "1"},
+       "does not divide the model's 8 heads"},
+      {{COIL_SERVE_PATH, "--model", model, "--memory-budget", "1KiB", "--metrics-port", "-1"},
+       "holds no state row"},
+      {{COIL_SERVE_PATH, "--model", model, "--memory-budget", "1000000GiB", "--metrics-port", "-1"},
+       "lower --memory-budget"},
+      {{COIL_SERVE_PATH, "--model", model, "--state-rows", "-1", "--metrics-port", "-1"},
+       "--state-rows is -1"},
+      {{COIL_SERVE_PATH, "--model", dir.path() + "/missing", "--metrics-port", "-1"}, "config.json"},
+      {{COIL_SERVE_PATH, "--metrics-port", "-1"}, "--model is required"},
+  };
+  for (const Case& c : cases) {
+    const std::string log = dir.path() + "/config.log";
+    absl::StatusOr<int> code = RunProgram(c.argv, log);
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_NE(*code, 0) << c.message;
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_THAT(text, HasSubstr(c.message));
+  }
 }
 
 // SIGTERM: health turns NOT_SERVING, a new request is refused UNAVAILABLE, the in-flight

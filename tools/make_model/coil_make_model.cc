@@ -15,6 +15,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/command_line.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "workers/model/checkpoint.h"
@@ -142,7 +143,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "writes a deterministic random Mamba2 checkpoint: coil-make-model --shape tiny --out DIR");
   std::vector<std::string> overrides = coil::model::CollectSetFlags(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  coil::ParseDashedCommandLine(argc, argv);
   absl::Status status = coil::model::Run(overrides);
   if (!status.ok()) {
     COIL_LOG(ERROR) << status.message();

@@ -294,7 +294,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> OpenCheckpointFiles(const std::strin
                                                 it->dump(), "; expected a file name"));
       }
       const std::string& shard = it->get_ref<const std::string&>();
-      if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
+      if (shard.empty() || shard.find_first_of(std::string("/\0", 2)) != std::string::npos ||
+          shard == "." || shard == "..") {
         return absl::InvalidArgumentError(
             absl::StrCat(index_path, ": tensor ", it.key(), " names shard '", shard,
                          "'; a shard must be a file name in the model directory"));

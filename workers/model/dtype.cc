@@ -64,7 +64,7 @@ float F16ToF32(uint16_t bits) {
   if (exponent == 0x1f) return BitsFloat(sign | 0x7f800000u | (mantissa << 13));
   if (exponent == 0) {
     // Zero or subnormal: mantissa * 2^-24, exact in f32.
-    float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;  // 2^-24
     return sign ? -magnitude : magnitude;
   }
   return BitsFloat(sign | ((exponent + 112u) << 23) | (mantissa << 13));
@@ -93,44 +93,67 @@ uint16_t F32ToF16(float value) {
   return sign | static_cast<uint16_t>(rounded);
 }
 
+namespace {
+
+// Tensors in a checkpoint need not be aligned to their element size (safetensors packs
+// an F32 tensor after an odd number of F16 elements): every access goes through memcpy.
+// One loop per (source, target) pair, so each compiles to straight-line code.
+template <DType kDType>
+float LoadAt(const uint8_t* in, size_t i) {
+  if constexpr (kDType == DType::kF32) {
+    float value;
+    std::memcpy(&value, in + 4 * i, 4);
+    return value;
+  } else {
+    uint16_t bits;
+    std::memcpy(&bits, in + 2 * i, 2);
+    return kDType == DType::kF16 ? F16ToF32(bits) : BF16ToF32(bits);
+  }
+}
+
+template <DType kDType>
+void StoreAt(uint8_t* out, size_t i, float value) {
+  if constexpr (kDType == DType::kF32) {
+    std::memcpy(out + 4 * i, &value, 4);
+  } else {
+    uint16_t bits = kDType == DType::kF16 ? F32ToF16(value) : F32ToBF16(value);
+    std::memcpy(out + 2 * i, &bits, 2);
+  }
+}
+
+template <DType kFrom, DType kTo>
+void ConvertLoop(const uint8_t* __restrict in, uint8_t* __restrict out, size_t count) {
+  for (size_t i = 0; i < count; ++i) StoreAt<kTo>(out, i, LoadAt<kFrom>(in, i));
+}
+
+template <DType kFrom>
+void ConvertFrom(const uint8_t* in, uint8_t* out, DType to, size_t count) {
+  switch (to) {
+    case DType::kF32:
+      return ConvertLoop<kFrom, DType::kF32>(in, out, count);
+    case DType::kF16:
+      return ConvertLoop<kFrom, DType::kF16>(in, out, count);
+    case DType::kBF16:
+      return ConvertLoop<kFrom, DType::kBF16>(in, out, count);
+  }
+}
+
+}  // namespace
+
 void ConvertElements(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t count) {
   if (src_dtype == dst_dtype) {
     std::memcpy(dst, src, count * DTypeSize(src_dtype));
     return;
   }
-  // Tensors in a checkpoint need not be aligned to their element size (safetensors packs
-  // an F32 tensor after an odd number of F16 elements): every access goes through memcpy.
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
-  auto load = [&](size_t i) -> float {
-    if (src_dtype == DType::kF32) {
-      float value;
-      std::memcpy(&value, in + 4 * i, 4);
-      return value;
-    }
-    uint16_t bits;
-    std::memcpy(&bits, in + 2 * i, 2);
-    return src_dtype == DType::kF16 ? F16ToF32(bits) : BF16ToF32(bits);
-  };
-  switch (dst_dtype) {
+  switch (src_dtype) {
     case DType::kF32:
-      for (size_t i = 0; i < count; ++i) {
-        float value = load(i);
-        std::memcpy(out + 4 * i, &value, 4);
-      }
-      break;
-    case DType::kBF16:
-      for (size_t i = 0; i < count; ++i) {
-        uint16_t bits = F32ToBF16(load(i));
-        std::memcpy(out + 2 * i, &bits, 2);
-      }
-      break;
+      return ConvertFrom<DType::kF32>(in, out, dst_dtype, count);
     case DType::kF16:
-      for (size_t i = 0; i < count; ++i) {
-        uint16_t bits = F32ToF16(load(i));
-        std::memcpy(out + 2 * i, &bits, 2);
-      }
-      break;
+      return ConvertFrom<DType::kF16>(in, out, dst_dtype, count);
+    case DType::kBF16:
+      return ConvertFrom<DType::kBF16>(in, out, dst_dtype, count);
   }
 }
 

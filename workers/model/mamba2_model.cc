@@ -1,5 +1,6 @@
 #include "workers/model/mamba2_model.h"
 
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -224,7 +225,10 @@ absl::Status Mamba2Model::EnsureScratch(int64_t rows, int64_t sampled_rows) {
 
 absl::Status Mamba2Model::AllReduce(const Tensor& t) {
   if (comm_.size() == 1) return absl::OkStatus();
-  return comm_.AllReduceSum(t.data<float>(), static_cast<size_t>(t.numel()));
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status status = comm_.AllReduceSum(t.data<float>(), static_cast<size_t>(t.numel()));
+  comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return status;
 }
 
 // rmsnorm(y * silu(z)) * w per group. When this rank holds part of a group, the group's
@@ -249,7 +253,9 @@ absl::Status Mamba2Model::GroupNorm(const Layer& layer, const Tensor& y, const T
         global[t * g_all + layout_.group_begin + g] = local[t * local_groups + g];
       }
     }
+    const auto start = std::chrono::steady_clock::now();
     COIL_RETURN_IF_ERROR(comm_.AllReduceSum(global.data(), global.size()));
+    comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     for (int64_t t = 0; t < rows; ++t) {
       for (int64_t g = 0; g < local_groups; ++g) {
         local[t * local_groups + g] = global[t * g_all + layout_.group_begin + g];

@@ -61,6 +61,9 @@ class Mamba2Model {
   ::coil::DType weight_dtype() const { return weight_dtype_; }
   // Bytes of weights this rank holds.
   size_t weight_bytes() const { return weight_bytes_; }
+  // Seconds spent in this model's collectives since it was loaded (for benchmarks: the
+  // communication share of a step).
+  double comm_seconds() const { return comm_seconds_; }
   // The state pool shape this rank needs for `state_rows` sequences.
   StatePoolShape StateShape(int64_t state_rows) const;
 
@@ -103,6 +106,7 @@ class Mamba2Model {
   ::coil::DType weight_dtype_ = ::coil::DType::kF32;
   size_t weight_bytes_ = 0;
   float mixer_norm_eps_ = 1e-5f;
+  double comm_seconds_ = 0.0;
 
   std::vector<Buffer> weight_buffers_;  // own the memory the tensors below view
   Tensor embedding_;                    // [vocab.size(), D]

@@ -114,7 +114,7 @@ absl::Status WriteModelDirectory(const ModelConfig& config, const std::vector<Te
 
   if (options.format == FileFormat::kPytorch) {
     std::vector<PickledTensor> pickled;
-    std::vector<std::pair<std::string, std::string>> storages;
+    std::vector<std::pair<std::string, absl::string_view>> storages;
     const TensorData* embedding = nullptr;
     std::string embedding_key;
     for (const TensorData& tensor : tensors) {

@@ -107,10 +107,12 @@ absl::StatusOr<std::vector<StoredTensor>> ParsePytorchZip(absl::Span<const uint8
   return tensors;
 }
 
-std::string WritePytorchZip(const std::string& prefix, const std::vector<PickledTensor>& tensors,
-                            const std::vector<std::pair<std::string, std::string>>& storages) {
+std::string WritePytorchZip(
+    const std::string& prefix, const std::vector<PickledTensor>& tensors,
+    const std::vector<std::pair<std::string, absl::string_view>>& storages) {
   std::vector<ZipInput> entries;
-  entries.push_back({prefix + "/data.pkl", WriteTorchStateDict(tensors)});
+  std::string pickle = WriteTorchStateDict(tensors);
+  entries.push_back({prefix + "/data.pkl", pickle});
   entries.push_back({prefix + "/byteorder", "little"});
   for (const auto& [key, bytes] : storages) entries.push_back({prefix + "/data/" + key, bytes});
   entries.push_back({prefix + "/version", "3\n"});

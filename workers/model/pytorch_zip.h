@@ -20,9 +20,9 @@ absl::StatusOr<std::vector<StoredTensor>> ParsePytorchZip(absl::Span<const uint8
                                                           const std::string& path);
 
 // Writes a torch.save-style zip: `prefix`/data.pkl for `tensors`, one stored entry per
-// storage key (`storages` maps key -> bytes), version and byteorder entries.
+// storage key (`storages` maps key -> bytes, not copied), version and byteorder entries.
 std::string WritePytorchZip(const std::string& prefix, const std::vector<PickledTensor>& tensors,
-                            const std::vector<std::pair<std::string, std::string>>& storages);
+                            const std::vector<std::pair<std::string, absl::string_view>>& storages);
 
 }  // namespace coil::model
 

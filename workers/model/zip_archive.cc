@@ -200,14 +200,15 @@ void PutLe(std::string& out, uint64_t value, int bytes) {
 
 }  // namespace
 
-std::string WriteZipArchive(const std::vector<ZipInput>& entries, uint64_t alignment) {
+std::string WriteZipArchive(const std::vector<ZipInput>& entries, uint64_t alignment,
+                            bool force_zip64) {
   std::string out;
   std::string directory;
   constexpr uint64_t kSaturated = 0xffffffff;
   for (const ZipInput& entry : entries) {
     uint64_t local_offset = out.size();
     uint32_t crc = Crc32({reinterpret_cast<const uint8_t*>(entry.data.data()), entry.data.size()});
-    bool big = entry.data.size() >= kSaturated || local_offset >= kSaturated;
+    bool big = force_zip64 || entry.data.size() >= kSaturated || local_offset >= kSaturated;
     // Pad the extra field (id 0x4650, "FP", as PyTorch's writer) so the data is aligned.
     uint64_t header_end = local_offset + kLocalHeaderSize + entry.name.size() + (big ? 20 : 0);
     uint64_t padding = (alignment - (header_end + 4) % alignment) % alignment;
@@ -233,7 +234,7 @@ std::string WriteZipArchive(const std::vector<ZipInput>& entries, uint64_t align
     PutLe(out, 0x4650, 2);
     PutLe(out, padding, 2);
     out.append(padding, 'Z');
-    out += entry.data;
+    out.append(entry.data.data(), entry.data.size());
 
     PutLe(directory, kCentralHeaderSignature, 4);
     PutLe(directory, big ? 45 : 20, 2);  // version made by
@@ -262,7 +263,7 @@ std::string WriteZipArchive(const std::vector<ZipInput>& entries, uint64_t align
   }
   uint64_t directory_offset = out.size();
   out += directory;
-  bool zip64 = directory_offset >= kSaturated || entries.size() >= 0xffff;
+  bool zip64 = force_zip64 || directory_offset >= kSaturated || entries.size() >= 0xffff;
   if (zip64) {
     uint64_t record = out.size();
     PutLe(out, kZip64EndSignature, 4);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace coil::model {
@@ -31,12 +32,15 @@ uint32_t Crc32(absl::Span<const uint8_t> bytes);
 
 // Writes a zip archive of stored entries whose data start at multiples of `alignment`
 // bytes in the file (torch.save aligns to 64 so that storages can be mapped in place),
-// padding the local header's extra field as PyTorch's writer does.
+// padding the local header's extra field as PyTorch's writer does. zip64 records are
+// written where sizes or offsets need them, or everywhere with `force_zip64` (for tests).
+// `data` is not owned: it must outlive the call (no copy of a model's tensors is made).
 struct ZipInput {
   std::string name;
-  std::string data;
+  absl::string_view data;
 };
-std::string WriteZipArchive(const std::vector<ZipInput>& entries, uint64_t alignment = 64);
+std::string WriteZipArchive(const std::vector<ZipInput>& entries, uint64_t alignment = 64,
+                            bool force_zip64 = false);
 
 }  // namespace coil::model
 

@@ -167,6 +167,8 @@ class MatmulCase : public OpCase {
 
 // A batch of `runs` on shuffled slots of a pool of `state_rows` rows, the first sequence
 // fresh, the others resuming from state; start positions are unaligned to chunks.
+// A run of 0 in `runs` stands for a padding entry: one token on the scratch row (slot
+// state_rows), fresh, as a CUDA-graph batch pads with.
 RecurrentBatch MakeBatch(std::mt19937_64& rng, const std::vector<int32_t>& runs,
                          int state_rows, bool first_fresh = true) {
   RecurrentBatch batch;
@@ -174,6 +176,10 @@ RecurrentBatch MakeBatch(std::mt19937_64& rng, const std::vector<int32_t>& runs,
       ShuffledSlots(rng, static_cast<int>(runs.size()), state_rows);
   std::uniform_int_distribution<int32_t> pos(0, 40);
   for (size_t s = 0; s < runs.size(); ++s) {
+    if (runs[s] == 0) {
+      batch.Add(1, state_rows, true, 0);
+      continue;
+    }
     const bool fresh = first_fresh && s == 0;
     batch.Add(runs[s], slots[s], fresh, fresh ? 0 : pos(rng));
   }
@@ -188,9 +194,12 @@ void SplitStateRows(const std::string& name, const std::vector<float>& initial,
   const int64_t rows = static_cast<int64_t>(now.size()) / row_floats;
   std::vector<float> used;
   for (int64_t row = 0; row < rows; ++row) {
-    const bool in_batch =
-        std::find(batch.slots.begin(), batch.slots.end(), row) != batch.slots.end() &&
-        row != rows - 1;
+    const bool listed =
+        std::find(batch.slots.begin(), batch.slots.end(), row) != batch.slots.end();
+    // The scratch row's contents are unspecified once padding entries used it (a device
+    // backend may write it); otherwise it is a guard like any row outside the batch.
+    if (listed && row == rows - 1) continue;
+    const bool in_batch = listed;
     const float* a = now.data() + row * row_floats;
     const float* b = initial.data() + row * row_floats;
     if (in_batch) {
@@ -508,6 +517,9 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   cases.push_back(std::make_unique<CausalConv1dCase>(40, 4, std::vector<int32_t>{1, 2, 7}, 6));
   cases.push_back(std::make_unique<CausalConv1dCase>(300, 4, std::vector<int32_t>{1, 1, 1, 1}, 8));
   cases.push_back(std::make_unique<CausalConv1dCase>(17, 2, std::vector<int32_t>{3, 1}, 2));
+  // Two padding entries on the scratch row (run 0 in the list).
+  cases.push_back(
+      std::make_unique<CausalConv1dCase>(40, 4, std::vector<int32_t>{5, 1, 0, 0}, 4));
   cases.push_back(
       std::make_unique<SsmScanCase>(SsmShape{4, 8, 16, 2, 8}, std::vector<int32_t>{20, 1, 3, 9}, 7));
   cases.push_back(
@@ -516,6 +528,15 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
                                                 std::vector<int32_t>{13, 2}, 3));
   cases.push_back(
       std::make_unique<SsmScanCase>(SsmShape{3, 4, 8, 1, 16}, std::vector<int32_t>{40}, 2));
+  // headdim and d_state multiples of 16 (the AVX-512 forms), with remainder blocks.
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{4, 16, 32, 2, 8},
+                                                std::vector<int32_t>{20, 1, 3, 9}, 7));
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{2, 80, 144, 1, 16},
+                                                std::vector<int32_t>{37, 2, 1}, 4));
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{2, 64, 128, 2, 256},
+                                                std::vector<int32_t>{300}, 1));
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{4, 16, 32, 2, 8},
+                                                std::vector<int32_t>{1, 12, 0, 0}, 5));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(5, 96, 2));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(3, 50, 1));
   cases.push_back(std::make_unique<GatedNormApplyCase>(5, 96, 2, 48));
@@ -525,7 +546,7 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   return cases;
 }
 
-std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows) {
+std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode) {
   // mamba2-130m: d_model 768, d_inner 1536, 24 heads of 64, d_state 128, 1 group,
   // in_proj 768 -> 3352, out_proj 1536 -> 768, conv over 1792 channels, vocab 50288.
   std::vector<std::unique_ptr<OpCase>> cases;
@@ -536,9 +557,12 @@ std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows) {
   }
   cases.push_back(std::make_unique<EmbeddingCase>(DType::kBF16, rows, 50288, 768, 0));
   cases.push_back(std::make_unique<AddRmsNormCase>(rows, 768, true));
-  cases.push_back(std::make_unique<CausalConv1dCase>(1792, 4, std::vector<int32_t>{rows}, 4));
-  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{24, 64, 128, 1, 256},
-                                                std::vector<int32_t>{rows}, 4));
+  const std::vector<int32_t> runs =
+      decode ? std::vector<int32_t>(rows, 1) : std::vector<int32_t>{rows};
+  const int state_rows = static_cast<int>(runs.size());
+  cases.push_back(std::make_unique<CausalConv1dCase>(1792, 4, runs, state_rows));
+  cases.push_back(
+      std::make_unique<SsmScanCase>(SsmShape{24, 64, 128, 1, 256}, runs, state_rows));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(rows, 1536, 1));
   cases.push_back(std::make_unique<GatedNormApplyCase>(rows, 1536, 1, 1536));
   cases.push_back(std::make_unique<ArgmaxCase>(rows, 50288));

@@ -58,8 +58,9 @@ class OpCase {
 // rows, shuffled slots, fresh and resuming sequences, chunk-crossing runs).
 std::vector<std::unique_ptr<OpCase>> TestOpCases();
 // The perf cases at the mamba2-130m shape (d_model 768, d_inner 1536, in_proj 3352,
-// vocab 50288), batch `rows` tokens.
-std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows);
+// vocab 50288), `rows` tokens: `rows` sequences of one token each (decode) or one
+// sequence of `rows` tokens (prefill).
+std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode);
 
 }  // namespace coil::testing
 

@@ -19,12 +19,14 @@
 namespace coil {
 namespace {
 
-constexpr int64_t kHeads = 4, kHeaddim = 8, kDState = 16, kGroups = 2, kWidth = 4;
-constexpr int64_t kInner = kHeads * kHeaddim;                  // 32
-constexpr int64_t kConvChannels = kInner + 2 * kGroups * kDState;  // 96
+// headdim and d_state are multiples of 16, so the chunked scan takes its AVX-512 form where
+// the CPU has it (the op harness covers the portable form with other shapes).
+constexpr int64_t kHeads = 4, kHeaddim = 16, kDState = 16, kGroups = 2, kWidth = 4;
+constexpr int64_t kInner = kHeads * kHeaddim;                      // 64
+constexpr int64_t kConvChannels = kInner + 2 * kGroups * kDState;  // 128
 constexpr int kStateRows = 40;
 
-// A sequence's own inputs: per token the conv input xBC [96] and the raw dt [4].
+// A sequence's own inputs: per token the conv input xBC [128] and the raw dt [4].
 struct SeqInputs {
   std::vector<float> xbc, dt;
   int64_t tokens() const { return static_cast<int64_t>(dt.size()) / kHeads; }

@@ -273,6 +273,14 @@ TEST(CheckpointTest, DamagedFilesAreNamed) {
   twice[1].name = "backbone.embeddings.weight";
   testing::WriteFileBytes(path, SerializeSafetensors(twice));
   EXPECT_THAT(OpenError(dir), HasSubstr("both name embedding.weight"));
+  // A truncated pytorch_model.bin names the file.
+  std::filesystem::remove(path);
+  std::string pt =
+      Write(scratch, "pt", Tiny(), tensors, KeyLayout::kMambaSsm, FileFormat::kPytorch);
+  std::string pt_bytes = testing::ReadFileBytes(pt + "/pytorch_model.bin");
+  testing::WriteFileBytes(pt + "/pytorch_model.bin", pt_bytes.substr(0, pt_bytes.size() / 2));
+  EXPECT_THAT(OpenError(pt), HasSubstr("pytorch_model.bin"));
+  testing::WriteFileBytes(path, SerializeSafetensors(twice));
   // No tensor files at all.
   std::filesystem::remove(path);
   absl::StatusOr<std::unique_ptr<Checkpoint>> none = OpenCheckpoint(dir);

@@ -36,20 +36,39 @@ TEST(ZipArchiveTest, ReadsCPythonZipfileArchive) {
 }
 
 TEST(ZipArchiveTest, WriterRoundTripsWithAlignedData) {
-  std::vector<ZipInput> inputs = {{"a/data.pkl", "pickle"},
-                                  {"a/data/0", std::string(1000, 'x')},
-                                  {"a/data/1", ""},
-                                  {"a/version", "3\n"}};
+  const std::string kilo(1000, 'x');
+  std::vector<ZipInput> inputs = {
+      {"a/data.pkl", "pickle"}, {"a/data/0", kilo}, {"a/data/1", ""}, {"a/version", "3\n"}};
   std::string file = WriteZipArchive(inputs);
   absl::StatusOr<std::vector<ZipEntry>> entries = ReadZipArchive(Bytes(file), "f");
   ASSERT_TRUE(entries.ok()) << entries.status();
   ASSERT_EQ(entries->size(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     EXPECT_EQ((*entries)[i].name, inputs[i].name);
-    EXPECT_EQ(Text((*entries)[i].data), inputs[i].data);
+    EXPECT_EQ(Text((*entries)[i].data), std::string(inputs[i].data));
     EXPECT_EQ((*entries)[i].data_offset % 64, 0u) << inputs[i].name;
-    EXPECT_EQ((*entries)[i].crc32, Crc32(Bytes(inputs[i].data)));
+    EXPECT_EQ((*entries)[i].crc32, Crc32(Bytes(std::string(inputs[i].data))));
   }
+}
+
+TEST(ZipArchiveTest, Zip64RecordsAreFollowed) {
+  // Saturated 32-bit fields everywhere: every size and offset must come from the zip64
+  // extra fields and the zip64 end record.
+  const std::string payload(300, 'y');
+  std::vector<ZipInput> inputs = {{"a/data.pkl", "pickle"}, {"a/data/0", payload}};
+  std::string file = WriteZipArchive(inputs, 64, /*force_zip64=*/true);
+  absl::StatusOr<std::vector<ZipEntry>> entries = ReadZipArchive(Bytes(file), "f");
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 2u);
+  EXPECT_EQ(Text((*entries)[1].data), inputs[1].data);
+  EXPECT_EQ((*entries)[1].data_offset % 64, 0u);
+  // Without the zip64 locator the saturated fields cannot be resolved.
+  std::string broken = file;
+  size_t locator = broken.rfind(std::string("PK\x06\x07", 4));
+  ASSERT_NE(locator, std::string::npos);
+  broken[locator] = 'X';
+  EXPECT_THAT(std::string(ReadZipArchive(Bytes(broken), "f").status().message()),
+              HasSubstr("zip64"));
 }
 
 TEST(ZipArchiveTest, CompressedEntriesAreRefusedByName) {
@@ -77,18 +96,21 @@ TEST(ZipArchiveTest, TruncatedOrCorruptArchivesAreErrors) {
   EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("archive/data.pkl fails its CRC"));
   // A storage entry shorter than the storage it declares.
-  std::vector<ZipInput> inputs = {{"a/data.pkl", Text((*entries)[0].data)},
-                                  {"a/data/0", std::string(4, '\0')},
-                                  {"a/data/1", std::string(12, '\0')},
-                                  {"a/data/2", std::string(12, '\0')},
-                                  {"a/data/3", std::string(12, '\0')}};
+  const std::string pickle = Text((*entries)[0].data);
+  const std::string four(4, '\0');
+  const std::string twelve(12, '\0');
+  std::vector<ZipInput> inputs = {{"a/data.pkl", pickle},
+                                  {"a/data/0", four},
+                                  {"a/data/1", twelve},
+                                  {"a/data/2", twelve},
+                                  {"a/data/3", twelve}};
   std::string short_storage = WriteZipArchive(inputs);
   parsed = ParsePytorchZip(Bytes(short_storage), "s.bin");
   ASSERT_FALSE(parsed.ok());
   EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("backbone.embedding.weight"));
   EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("storage 0"));
   // A missing storage entry.
-  inputs[1].data = std::string(12, '\0');
+  inputs[1].data = twelve;
   inputs.erase(inputs.begin() + 2);
   parsed = ParsePytorchZip(Bytes(WriteZipArchive(inputs)), "m.bin");
   ASSERT_FALSE(parsed.ok());

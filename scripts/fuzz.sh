@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds coil's libFuzzer targets (tests/fuzz/) with clang, AddressSanitizer and
+# UndefinedBehaviorSanitizer in build-fuzz/, and runs each for a given time on a working
+# copy of its seed corpus. Installs clang and libclang-rt-14-dev (libFuzzer's runtime) when
+# missing: the normal build does not need them. Exits non-zero when a target finds a crash;
+# the input is left in build-fuzz/artifacts/<target>/. To make it a regression test, fix the
+# bug and copy the input into tests/fuzz/corpus/<target>/: the model tests replay that
+# folder on every ctest run (FuzzCorpusTest).
+#
+# Usage: scripts/fuzz.sh [SECONDS_PER_TARGET (default 60)] [TARGET...]
+#   targets: fuzz_safetensors fuzz_torch_zip fuzz_config (default: all)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${1:-60}
+shift || true
+targets=("$@")
+if ((${#targets[@]} == 0)); then
+  targets=(fuzz_safetensors fuzz_torch_zip fuzz_config)
+fi
+
+missing=()
+for package in clang libclang-rt-14-dev; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+if ((${#missing[@]} > 0)); then
+  echo "fuzz: installing ${missing[*]}"
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+build=build-fuzz
+sanitizers="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_C_FLAGS="$sanitizers" -DCMAKE_CXX_FLAGS="$sanitizers" \
+  -DCOIL_FUZZ=ON -DCOIL_SERVING=OFF -DCOIL_CUDA=OFF -DCOIL_BUILD_BENCHMARKS=OFF >/dev/null
+ninja -C "$build" -j2 "${targets[@]}"
+
+status=0
+for target in "${targets[@]}"; do
+  seeds=tests/fuzz/corpus/${target#fuzz_}
+  corpus=$build/corpus/$target
+  artifacts=$build/artifacts/$target/
+  mkdir -p "$corpus" "$artifacts"
+  cp -n "$seeds"/* "$corpus"/ 2>/dev/null || true
+  echo "fuzz: $target for ${seconds}s (seeds: $seeds)"
+  if ! "$build/tests/fuzz/$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
+      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts" "$corpus" \
+      2>"$build/$target.log"; then
+    echo "fuzz: $target FAILED; see $build/$target.log and $artifacts"
+    status=1
+  fi
+  grep -E "stat::number_of_executed_units|cov:" "$build/$target.log" | tail -n 2 || true
+done
+exit $status

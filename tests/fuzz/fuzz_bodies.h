@@ -1,0 +1,77 @@
+// What each fuzz target does with one input, shared by the libFuzzer entry points
+// (fuzz_*.cc, built with -DCOIL_FUZZ=ON) and the corpus replay test of the normal build
+// (tests/unit/workers/model/fuzz_corpus_test.cc), so that an input saved in
+// tests/fuzz/corpus/<target>/ after a finding is replayed by every ctest run.
+#ifndef COIL_TESTS_FUZZ_FUZZ_BODIES_H_
+#define COIL_TESTS_FUZZ_FUZZ_BODIES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "absl/types/span.h"
+#include "workers/model/checkpoint.h"
+#include "workers/model/model_config.h"
+#include "workers/model/pytorch_zip.h"
+#include "workers/model/safetensors.h"
+#include "workers/model/torch_pickle.h"
+#include "workers/model/zip_archive.h"
+
+namespace coil::fuzz {
+
+// Reads every byte of a span a parser handed out, so AddressSanitizer reports a span that
+// leaves the input. The asm keeps the compiler from dropping the reads.
+inline void Touch(absl::Span<const uint8_t> bytes) {
+  uint8_t sum = 0;
+  for (uint8_t byte : bytes) sum ^= byte;
+  asm volatile("" : : "r"(sum));
+}
+
+// The safetensors parser; accepted tensors are read in full.
+inline void FuzzSafetensors(const uint8_t* data, size_t size) {
+  auto tensors = model::ParseSafetensors({data, size}, "fuzz.safetensors");
+  if (!tensors.ok()) return;
+  for (const model::StoredTensor& tensor : *tensors) Touch(tensor.bytes);
+}
+
+// The torch.save reader whole (zip, then the pickle inside), the zip reader, and the
+// unpickler alone, so the fuzzer reaches the pickle opcodes without forging a zip archive
+// with a valid CRC.
+inline void FuzzTorchZip(const uint8_t* data, size_t size) {
+  auto tensors = model::ParsePytorchZip({data, size}, "fuzz.bin");
+  if (tensors.ok()) {
+    for (const model::StoredTensor& tensor : *tensors) Touch(tensor.bytes);
+  }
+  auto entries = model::ReadZipArchive({data, size}, "fuzz.zip");
+  if (entries.ok()) {
+    for (const model::ZipEntry& entry : *entries) Touch(entry.data);
+  }
+  (void)model::ParseTorchStateDict({data, size});
+}
+
+// config.json parsing. An accepted config must survive a round trip through
+// ModelConfigToJson in both formats with the same shape (the invariant the writer and the
+// parser share), and RequiredTensors must be computable.
+inline void FuzzConfig(const uint8_t* data, size_t size) {
+  std::string text(reinterpret_cast<const char*>(data), size);
+  absl::StatusOr<model::ModelConfig> config = model::ParseModelConfig(text);
+  if (!config.ok()) return;
+  (void)model::RequiredTensors(*config);
+  for (model::ConfigFormat format :
+       {model::ConfigFormat::kMambaSsm, model::ConfigFormat::kHuggingFace}) {
+    absl::StatusOr<model::ModelConfig> back =
+        model::ParseModelConfig(model::ModelConfigToJson(*config, format));
+    if (!back.ok() || back->d_model != config->d_model || back->n_layer != config->n_layer ||
+        back->nheads() != config->nheads() || back->ngroups != config->ngroups ||
+        back->padded_vocab_size() != config->padded_vocab_size() ||
+        back->tie_embeddings != config->tie_embeddings || back->bias != config->bias ||
+        back->conv_bias != config->conv_bias) {
+      std::abort();  // the writer produced a config the parser reads differently
+    }
+  }
+}
+
+}  // namespace coil::fuzz
+
+#endif  // COIL_TESTS_FUZZ_FUZZ_BODIES_H_
