@@ -18,8 +18,8 @@
 # --warmup requests go to each server once, before its first scenario. --no-install draws
 # the plots only if gnuplot is already there. --check ends with a non-zero status unless
 # every scenario ran at both TP sizes with every request completed (the ctest uses it).
-# --rates auto offers 25%, 50%, 75% and 100% of the best closed-loop request rate of the
-# first TP size measured, so the sweep spans the same load for both.
+# --rates auto offers these fractions (default 25%, 50%, 75% and 100%) of the best
+# closed-loop request rate of the first TP size measured, so the sweep offers both the same load.
 set -euo pipefail
 
 BUILD=build
@@ -30,6 +30,7 @@ MODEL=""
 DURATION=30
 CONCURRENCY="1 8 32"
 RATES=auto
+RATE_FRACTIONS="0.25 0.5 0.75 1"
 PROMPT_TOKENS=128
 OUTPUT_TOKENS=128
 WARMUP=2
@@ -51,6 +52,7 @@ while [[ $# -gt 0 ]]; do
     --duration) DURATION=$2; shift 2 ;;
     --concurrency) CONCURRENCY=$2; shift 2 ;;
     --rates) RATES=$2; shift 2 ;;
+    --rate-fractions) RATE_FRACTIONS=$2; shift 2 ;;
     --prompt-tokens) PROMPT_TOKENS=$2; shift 2 ;;
     --output-tokens) OUTPUT_TOKENS=$2; shift 2 ;;
     --warmup) WARMUP=$2; shift 2 ;;
@@ -168,9 +170,10 @@ for tp in $TP_SIZES; do
     run_scenario "$tp" "c$c" --concurrency "$c"
   done
   if [[ "$RATES" == auto ]]; then
-    # 25-100% of the best closed-loop request rate measured so far (column 9: req/s).
+    # Fractions of the best closed-loop request rate measured so far (column 9: req/s).
     best=$(awk -F'\t' 'NR > 1 && $2 == "closed" && $9 > m { m = $9 } END { print m + 0 }' "$OUT/summary.tsv")
-    RATES=$(awk -v b="$best" 'BEGIN { printf "%.3g %.3g %.3g %.3g", b/4, b/2, 3*b/4, b }')
+    RATES=$(awk -v b="$best" -v f="$RATE_FRACTIONS" \
+      'BEGIN { n = split(f, x, " "); for (i = 1; i <= n; i++) printf "%s%.3g", (i > 1 ? " " : ""), b * x[i] }')
     echo "== open-loop rates (req/s): $RATES"
   fi
   for r in $RATES; do
