@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -270,7 +271,7 @@ class ProgressBar {
   std::thread thread_;
 };
 
-// Counts the threads that send requests, so the run knows when all of them have ended.
+// Counts what is still sending: closed-loop clients, or open-loop requests not yet ended.
 class ThreadCount {
  public:
   void Add() {
@@ -295,6 +296,62 @@ class ThreadCount {
   int64_t active_ = 0;
 };
 
+// The open loop's senders: an arrival goes to an idle thread, or to a new one when all are
+// busy, so the thread count follows the peak number of requests in flight rather than the
+// number of arrivals.
+class SenderPool {
+ public:
+  SenderPool(Phase& phase, Client& client, double timeout_s, ThreadCount& count)
+      : phase_(phase), client_(client), timeout_s_(timeout_s), count_(count) {}
+  ~SenderPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    ready_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  void Submit(coil::v1::GenerateRequest request) {
+    count_.Add();
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(request));
+    if (idle_ >= queue_.size()) {
+      ready_.notify_one();
+    } else {
+      threads_.emplace_back([this] { Loop(); });
+    }
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      ++idle_;
+      ready_.wait(lock, [&] { return !queue_.empty() || closed_; });
+      --idle_;
+      if (queue_.empty()) return;  // closed
+      coil::v1::GenerateRequest request = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      phase_.Execute(client_, request, timeout_s_);
+      count_.Done();
+      lock.lock();
+    }
+  }
+
+  Phase& phase_;
+  Client& client_;
+  const double timeout_s_;
+  ThreadCount& count_;
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<coil::v1::GenerateRequest> queue_;
+  size_t idle_ = 0;
+  bool closed_ = false;
+  std::vector<std::thread> threads_;
+};
+
 struct PhaseResult {
   std::vector<RequestRecord> records;
   double seconds = 0;  // from the phase's start to its last request's end
@@ -309,8 +366,9 @@ PhaseResult RunPhase(const Options& options, Client& client, RequestFactory& fac
   Budget budget(options, phase);
   std::optional<ProgressBar> bar;
   if (progress) bar.emplace(phase, budget);
-  std::vector<std::thread> threads;
+  std::vector<std::thread> threads;  // closed loop
   ThreadCount count;
+  std::optional<SenderPool> senders;  // open loop
   const auto at = [&](double seconds) {
     return phase.start() +
            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
@@ -329,6 +387,7 @@ PhaseResult RunPhase(const Options& options, Client& client, RequestFactory& fac
     // wake-up does not lower the rate.
     std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
     std::exponential_distribution<double> gap(options.rate);
+    senders.emplace(phase, client, options.timeout_s, count);
     double arrival_s = 0;
     // By count: the loop ends with the last arrival. By time: it claims until the window ends.
     while (budget.Claim()) {
@@ -338,16 +397,13 @@ PhaseResult RunPhase(const Options& options, Client& client, RequestFactory& fac
         break;
       }
       std::this_thread::sleep_until(at(arrival_s));
-      count.Add();
-      threads.emplace_back([&, request = factory.Next()] {
-        phase.Execute(client, request, options.timeout_s);
-        count.Done();
-      });
+      senders->Submit(factory.Next());
     }
   }
   const bool drains = options.duration_s > 0 || options.concurrency == 0;
   if (drains && !count.WaitAll(options.drain_s)) phase.CancelAll();
   for (std::thread& t : threads) t.join();
+  senders.reset();
   bar.reset();
   return {phase.TakeRecords(), phase.Now()};
 }
