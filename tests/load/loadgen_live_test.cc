@@ -109,7 +109,7 @@ class LoadgenLiveTest : public testing::Test {
 
 TEST_F(LoadgenLiveTest, ClosedAndOpenLoopReportsAddUp) {
   std::unique_ptr<ServerProcess> server =
-      StartServer({"--state-rows", "8", "--max-model-len", "256"});
+      StartServer({"--state-rows", "8", "--max-model-len", "4096"});
   ASSERT_NE(server, nullptr);
 
   // Closed loop for 3 s, prompts cut from text, 16 output tokens each with ignore_eos.
@@ -157,6 +157,15 @@ TEST_F(LoadgenLiveTest, ClosedAndOpenLoopReportsAddUp) {
   EXPECT_EQ(file["counts"]["completed"].get<int64_t>(), 4) << file["counts"].dump();
   EXPECT_EQ(file["tokens"]["output"].get<int64_t>(), 24);
   EXPECT_EQ(file["tokens"]["prompt"].get<int64_t>(), 4 + 2 + 4 + 2);
+
+  // Long requests still running when a 0.5 s run ends get no drain time (--drain 0): they
+  // are cancelled and counted as CANCELLED, and the counts still add up.
+  const nlohmann::json cut = Loadgen(*server, "cut",
+                                     {"--concurrency", "2", "--duration", "0.5", "--drain", "0",
+                                      "--prompt-tokens", "16", "--output-tokens", "4000"});
+  ExpectConsistent(cut);
+  ASSERT_TRUE(cut["counts"]["errors_by_code"].contains("CANCELLED")) << cut["counts"].dump();
+  EXPECT_GT(cut["counts"]["errors_by_code"]["CANCELLED"].get<int64_t>(), 0);
 
   EXPECT_EQ(Stop(*server), 0) << server->LogTail();
 }
