@@ -36,7 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/dashed_flags.h"
+#include "common/command_line.h"
 #include "common/status_macros.h"
 #include "engine/client/client.h"
 #include "nlohmann/json.hpp"
@@ -607,9 +607,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coil-loadgen --target HOST:PORT (--concurrency N | --rate R) (--duration S | --requests N) "
       "[--prompt-tokens SPEC] [--output-tokens N] [--out FILE.json]");
-  std::vector<std::string> dashed;
-  coil::AcceptDashedFlags(argc, argv, dashed);
-  absl::ParseCommandLine(argc, argv);
+  coil::ParseDashedCommandLine(argc, argv);
   const absl::Status status = coil::load::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "coil-loadgen: %s\n", status.ToString().c_str());
