@@ -32,7 +32,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/dashed_flags.h"
+#include "common/command_line.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "engine/engine_loop.h"
@@ -360,9 +360,7 @@ int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "mpirun -np N --mca odls_base_sigkill_timeout <drain+10> coil-serve --model DIR "
       "[--port 50051] [--state-rows R | --memory-budget 2GiB] [--max-model-len L]");
-  std::vector<std::string> dashed_storage;
-  AcceptDashedFlags(argc, argv, dashed_storage);
-  absl::ParseCommandLine(argc, argv);
+  ParseDashedCommandLine(argc, argv);
 
   comm::CommunicatorOptions options;
   std::unique_ptr<comm::MpiSession> mpi;

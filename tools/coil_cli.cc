@@ -19,7 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/dashed_flags.h"
+#include "common/command_line.h"
 #include "engine/client/client.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "coil-serve address, HOST:PORT");
@@ -54,7 +54,7 @@ const char* FinishName(coil::v1::FinishReason reason) {
   }
 }
 
-int Generate(Client& client, const std::vector<char*>& args) {
+int Generate(Client& client, const std::vector<std::string>& args) {
   coil::v1::GenerateRequest request;
   if (!absl::GetFlag(FLAGS_ids).empty()) {
     for (absl::string_view piece : absl::StrSplit(absl::GetFlag(FLAGS_ids), ',', absl::SkipEmpty())) {
@@ -101,6 +101,7 @@ int Generate(Client& client, const std::vector<char*>& args) {
       },
       options);
   std::printf("\n");
+  std::fflush(stdout);  // before the summary on stderr
   if (!generation.ok()) return Fail("generate", generation.status());
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const double ttft =
@@ -129,7 +130,7 @@ int Info(Client& client) {
   return *serving ? 0 : 1;
 }
 
-int Tokenize(Client& client, const std::vector<char*>& args) {
+int Tokenize(Client& client, const std::vector<std::string>& args) {
   if (args.size() != 3) return Fail("tokenize", absl::InvalidArgumentError("give the TEXT"));
   auto ids = client.Tokenize(args[2]);
   if (!ids.ok()) return Fail("tokenize", ids.status());
@@ -141,9 +142,7 @@ int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coil-cli --target HOST:PORT (generate (\"PROMPT\" | --ids 1,2,3) [--max-tokens N] "
       "[--temperature T] [--seed S] [--print-ids] | info | tokenize \"TEXT\")");
-  std::vector<std::string> dashed_storage;
-  AcceptDashedFlags(argc, argv, dashed_storage);
-  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const std::vector<std::string> args = ParseDashedCommandLine(argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage().data());
     return 2;

@@ -182,6 +182,27 @@ TEST(ServingTest, StreamsTokensAndText) {
   ExpectAllRowsFree(client);
 }
 
+// Greedy with logprobs: each token is the argmax, so it is the first of its alternatives and
+// carries that alternative's logprob; alternatives come most likely first; logprobs <= 0.
+TEST(ServingTest, LogprobsOfGreedyTokens) {
+  coil::v1::GenerateRequest request = IdsRequest({12, 34, 56}, 6);
+  request.mutable_sampling()->set_logprobs(true);
+  request.mutable_sampling()->set_top_logprobs(3);
+  auto generation = Tp1().Generate(request);
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  ASSERT_EQ(generation->logprobs.size(), 6u);
+  for (size_t i = 0; i < generation->logprobs.size(); ++i) {
+    const coil::v1::TokenLogprob& logprob = generation->logprobs[i];
+    EXPECT_EQ(logprob.token_id(), generation->token_ids[i]);
+    EXPECT_LE(logprob.logprob(), 0.0f);
+    ASSERT_EQ(logprob.top_size(), 3);
+    EXPECT_EQ(logprob.top(0).token_id(), logprob.token_id());
+    EXPECT_FLOAT_EQ(logprob.top(0).logprob(), logprob.logprob());
+    EXPECT_GE(logprob.top(0).logprob(), logprob.top(1).logprob());
+    EXPECT_GE(logprob.top(1).logprob(), logprob.top(2).logprob());
+  }
+}
+
 // The value of one sample line ("name{labels} value") of a Prometheus text page; -1 if absent.
 double MetricValue(const std::string& page, const std::string& series) {
   const std::string prefix = series + " ";
@@ -318,7 +339,9 @@ TEST(ServingTest, CancelMidStreamFreesTheRow) {
 TEST(ServingTest, ExpiredDeadlineFreesTheRow) {
   Client& client = Tp1();
   CallOptions options;
-  options.timeout = std::chrono::milliseconds(300);
+  // 8189 tokens take at least 0.2 s here even on an idle machine: the deadline expires
+  // mid-stream.
+  options.timeout = std::chrono::milliseconds(40);
   auto generation = client.Generate(IdsRequest({4, 5, 4}, kMaxModelLen - 3), nullptr, options);
   EXPECT_EQ(generation.status().code(), absl::StatusCode::kDeadlineExceeded) << generation.status();
   ExpectAllRowsFree(client);
@@ -473,13 +496,14 @@ TEST(ServingTest, ConfigurationErrorsNameTheFlag) {
 // request completes with all its tokens, and the process exits 0. Run with coil-serve alone,
 // and under mpirun with two ranks and the signal sent to rank 0 alone, so the workers can
 // only end through rank 0's shutdown plan (and mpirun must then exit 0 by itself).
-void ExpectDrain(ServerOptions options) {
+void ExpectDrain(ServerOptions options, int32_t num_tokens) {
   options.flags.insert(options.flags.end(), {"--state-rows", "2", "--max-model-len",
                                              std::to_string(kLongModelLen), "--drain-timeout", "60"});
   auto server = ServerProcess::Start(ServingEnvironment::Get()->model_dir(), options);
   ASSERT_TRUE(server.ok()) << server.status();
   Client& client = (*server)->client();
-  const int32_t kTokens = 20000;  // a few seconds: the drain is observed while it runs
+  // Long enough (about a second or more) that the drain is observed while it runs.
+  const int32_t kTokens = num_tokens;
   absl::StatusOr<Generation> in_flight;
   std::atomic<bool> started{false};
   std::thread runner([&] {
@@ -508,16 +532,49 @@ void ExpectDrain(ServerOptions options) {
   EXPECT_EQ(*code, 0) << (*server)->LogTail();
 }
 
+// A request still running when --drain-timeout passes ends with FINISH_REASON_CANCELLED
+// (status OK, the tokens so far), and the server still exits 0.
+TEST(ServingTest, DrainTimeoutCancelsWhatIsLeft) {
+  ServerOptions options;
+  options.use_mpirun = false;
+  options.flags = {"--state-rows", "1", "--max-model-len", std::to_string(kLongModelLen),
+                   "--drain-timeout", "1"};
+  auto server = ServerProcess::Start(ServingEnvironment::Get()->model_dir(), options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<Generation> in_flight;
+  std::atomic<bool> started{false};
+  std::thread runner([&] {
+    // Far more than one second of work at about 50 µs per token.
+    in_flight = (*server)->client().Generate(IdsRequest({8, 9}, kLongModelLen - 2),
+                                             [&](const auto&) {
+                                               started = true;
+                                               return true;
+                                             });
+  });
+  while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  (*server)->Signal(SIGTERM);
+  runner.join();
+  ASSERT_TRUE(in_flight.ok()) << in_flight.status();
+  EXPECT_EQ(in_flight->final.finish_reason(), coil::v1::FINISH_REASON_CANCELLED);
+  EXPECT_GT(in_flight->token_ids.size(), 0u);
+  EXPECT_LT(in_flight->token_ids.size(), static_cast<size_t>(kLongModelLen - 2));
+  EXPECT_EQ(in_flight->final.usage().completion_tokens(),
+            static_cast<int32_t>(in_flight->token_ids.size()));
+  std::optional<int> code = (*server)->Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(code.has_value()) << "coil-serve did not exit after the drain timeout";
+  EXPECT_EQ(*code, 0) << (*server)->LogTail();
+}
+
 TEST(ServingTest, SigtermDrainsAlone) {
   ServerOptions options;
   options.use_mpirun = false;
-  ExpectDrain(options);
+  ExpectDrain(options, 40000);
 }
 
 TEST(ServingTest, SigtermToRankZeroDrainsTp2) {
   ServerOptions options;
   options.ranks = 2;
-  ExpectDrain(options);
+  ExpectDrain(options, 20000);
 }
 
 }  // namespace
