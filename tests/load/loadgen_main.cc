@@ -30,13 +30,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/dashed_flags.h"
+#include "common/command_line.h"
 #include "common/status_macros.h"
 #include "engine/client/client.h"
 #include "nlohmann/json.hpp"
@@ -607,9 +606,12 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coil-loadgen --target HOST:PORT (--concurrency N | --rate R) (--duration S | --requests N) "
       "[--prompt-tokens SPEC] [--output-tokens N] [--out FILE.json]");
-  std::vector<std::string> dashed;
-  coil::AcceptDashedFlags(argc, argv, dashed);
-  absl::ParseCommandLine(argc, argv);
+  const std::vector<std::string> args = coil::ParseDashedCommandLine(argc, argv);
+  if (args.size() > 1) {
+    std::fprintf(stderr, "coil-loadgen: unexpected argument %s; every option is a --flag\n",
+                 args[1].c_str());
+    return 2;
+  }
   const absl::Status status = coil::load::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "coil-loadgen: %s\n", status.ToString().c_str());
