@@ -138,10 +138,10 @@ start_server() {
   # shellcheck disable=SC2086  # SERVER_FLAGS is a list of flags
   mpirun -np "$tp" --oversubscribe --allow-run-as-root --mca odls_base_sigkill_timeout 100 \
     "$SERVE" --model "$MODEL" --host 127.0.0.1 --port 0 --port_file "$port_file" \
-    --threads "$threads" --drain_timeout 60 $SERVER_FLAGS > "$OUT/tp$tp-serve.log" 2>&1 &
+    --threads "$threads" --drain_timeout 60 --metrics_port 0 $SERVER_FLAGS > "$OUT/tp$tp-serve.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 1200); do
-    [[ -s "$port_file" ]] && { PORT=$(cat "$port_file"); return 0; }
+    [[ -s "$port_file" ]] && { PORT=$(head -n 1 "$port_file"); return 0; }  # line 1: the gRPC port
     kill -0 "$SERVER_PID" 2> /dev/null || break
     sleep 0.1
   done

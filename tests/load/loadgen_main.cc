@@ -30,7 +30,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -607,7 +606,12 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coil-loadgen --target HOST:PORT (--concurrency N | --rate R) (--duration S | --requests N) "
       "[--prompt-tokens SPEC] [--output-tokens N] [--out FILE.json]");
-  coil::ParseDashedCommandLine(argc, argv);
+  const std::vector<std::string> args = coil::ParseDashedCommandLine(argc, argv);
+  if (args.size() > 1) {
+    std::fprintf(stderr, "coil-loadgen: unexpected argument %s; every option is a --flag\n",
+                 args[1].c_str());
+    return 2;
+  }
   const absl::Status status = coil::load::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "coil-loadgen: %s\n", status.ToString().c_str());
