@@ -33,6 +33,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
+#include "common/cpus.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "engine/engine_loop.h"
@@ -418,10 +419,7 @@ int Main(int argc, char** argv) {
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<tokenizer::Tokenizer> tok;
   const absl::Status loaded = [&]() -> absl::Status {
-    int threads = absl::GetFlag(FLAGS_threads);
-    if (threads <= 0) {
-      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
-    }
+    const int threads = ChooseThreads(absl::GetFlag(FLAGS_threads), comm->size());
     BackendOptions backend_options;
     backend_options.threads = threads;
     COIL_ASSIGN_OR_RETURN(backend, CreateBackend(plan->backend, backend_options));

@@ -29,6 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/command_line.h"
+#include "common/cpus.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -278,10 +279,7 @@ int Main(int argc, char** argv) {
         absl::GetFlag(FLAGS_score).empty()) {
       return absl::InvalidArgumentError("give exactly one of --prompt TEXT and --ids 1,2,3");
     }
-    int threads = absl::GetFlag(FLAGS_threads);
-    if (threads <= 0) {
-      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm.size());
-    }
+    const int threads = ChooseThreads(absl::GetFlag(FLAGS_threads), comm.size());
     BackendOptions backend_options;
     backend_options.threads = threads;
     backend_options.use_reference = absl::GetFlag(FLAGS_reference);
