@@ -20,6 +20,12 @@ model::DType ToStoredType(::coil::DType dtype) {
   }
 }
 
+// What an error message names for a failed op: a layer, or the input (ids and embedding).
+constexpr int64_t kInputLayer = -1;
+std::string LayerContext(int64_t layer) {
+  return layer == kInputLayer ? std::string("embedding") : absl::StrCat("layer ", layer);
+}
+
 std::string LayerName(int64_t layer, const char* suffix) {
   return absl::StrCat("layers.", layer, ".", suffix);
 }
@@ -232,13 +238,13 @@ absl::Status Mamba2Model::AllReduce(const Tensor& t) {
 // on every rank (heads per rank % heads per group), so every rank makes the same calls.
 absl::Status Mamba2Model::GroupNorm(const Layer& layer, const Tensor& y, const Tensor& z,
                                     int64_t rows, absl::Status& status,
-                                    const std::string& where) {
+                                    int64_t layer_index) {
   const int64_t local_groups = layout_.groups();
   const int64_t group_size = layout_.heads_per_group * config_.headdim;
   const Device device = backend_.device();
   Tensor sumsq(sumsq_.data(), ::coil::DType::kF32, {rows, local_groups}, device);
   auto fail = [&](absl::Status op) {
-    if (status.ok() && !op.ok()) status = Annotate(op, where);
+    if (status.ok() && !op.ok()) status = Annotate(op, LayerContext(layer_index));
   };
   if (layout_.groups_whole()) {
     if (status.ok()) fail(backend_.GatedSumSquares(y, z, local_groups, y, sumsq));
@@ -303,8 +309,10 @@ absl::Status Mamba2Model::Forward(const StepMetadata& meta, StatePool& pool, boo
   // broken and MPI ends it.
   absl::Status status = EnsureScratch(rows, sampled);
   if (!status.ok()) return status;
-  auto run = [&status](absl::Status op_status, const std::string& where) {
-    if (status.ok() && !op_status.ok()) status = Annotate(op_status, where);
+  // The context string is built only when an op fails: this runs for every layer of every
+  // step.
+  auto run = [&status](absl::Status op_status, int64_t layer_index) {
+    if (status.ok() && !op_status.ok()) status = Annotate(op_status, LayerContext(layer_index));
   };
   const Device device = backend_.device();
   const int64_t d = config_.d_model;
@@ -336,29 +344,29 @@ absl::Status Mamba2Model::Forward(const StepMetadata& meta, StatePool& pool, boo
   }
 
   run(backend_.CopyFromHost(ids_.data(), meta.token_ids.data(), static_cast<size_t>(rows) * 4),
-      "token ids");
-  if (status.ok()) run(backend_.Embedding(ids, embedding_, layout_.vocab.begin, residual), "embedding");
+      kInputLayer);
+  if (status.ok()) run(backend_.Embedding(ids, embedding_, layout_.vocab.begin, residual), kInputLayer);
   COIL_RETURN_IF_ERROR(AllReduce(residual));
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
-    const std::string where = absl::StrCat("layer ", l);
+    const int64_t layer_index = static_cast<int64_t>(l);
     if (status.ok()) {
       run(backend_.AddRmsNorm(l == 0 ? Tensor() : mixer_out, layer.norm, eps, residual, normed),
-          where);
+          layer_index);
     }
-    if (status.ok()) run(backend_.Matmul(normed, layer.in_proj, zxbcdt), where);
+    if (status.ok()) run(backend_.Matmul(normed, layer.in_proj, zxbcdt), layer_index);
     if (status.ok()) {
       run(backend_.CausalConv1d(xbc_in, layer.conv_weight, layer.conv_bias, meta.batch,
                                 pool.ConvState(static_cast<int64_t>(l)), xbc),
-          where);
+          layer_index);
     }
     if (status.ok()) {
       run(backend_.SsmScan(x, dt, layer.a_log, b, c, layer.d, layer.dt_bias, scan, meta.batch,
                            pool.SsmState(static_cast<int64_t>(l)), y),
-          where);
+          layer_index);
     }
-    COIL_RETURN_IF_ERROR(GroupNorm(layer, y, z, rows, status, where));
-    if (status.ok()) run(backend_.Matmul(y, layer.out_proj, mixer_out), where);
+    COIL_RETURN_IF_ERROR(GroupNorm(layer, y, z, rows, status, layer_index));
+    if (status.ok()) run(backend_.Matmul(y, layer.out_proj, mixer_out), layer_index);
     COIL_RETURN_IF_ERROR(AllReduce(mixer_out));
   }
   if (!status.ok()) return status;

@@ -97,7 +97,7 @@ class Mamba2Model {
   absl::Status AllReduce(const Tensor& t);
   // Returns a failed collective; a local error is stored in `status` (see Forward).
   absl::Status GroupNorm(const Layer& layer, const Tensor& y, const Tensor& z, int64_t rows,
-                         absl::Status& status, const std::string& where);
+                         absl::Status& status, int64_t layer_index);
 
   ModelConfig config_;
   ShardLayout layout_;
