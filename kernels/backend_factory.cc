@@ -2,6 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend.h"
+#if COIL_WITH_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace coil {
 
@@ -17,12 +20,17 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
       backend->set_use_ref(options.use_reference);
       return std::unique_ptr<Backend>(std::move(backend));
     }
-    case BackendKind::kCuda:
+    case BackendKind::kCuda: {
 #if COIL_WITH_CUDA
-      // The CUDA backend registers here once kernels/cuda implements the ops.
-#endif
+      auto backend = cuda::CudaBackend::Create(options.device_index);
+      if (!backend.ok()) return backend.status();
+      return std::unique_ptr<Backend>(std::move(*backend));
+#else
       return absl::UnimplementedError(
-          "the cuda backend is not implemented yet; use the cpu backend");
+          "this build has no CUDA backend (configured without nvcc or with COIL_CUDA=OFF); "
+          "rebuild with the CUDA toolkit and -DCOIL_CUDA=ON, or use --device cpu");
+#endif
+    }
   }
   return absl::InvalidArgumentError("unknown backend kind");
 }

@@ -16,6 +16,8 @@ struct BackendOptions {
   // CPU: run every op through the reference kernels (the token-by-token recurrence for
   // the scan, scalar loops elsewhere): the oracle the tests compare against.
   bool use_reference = false;
+  // CUDA: the GPU to use, as numbered by CUDA_VISIBLE_DEVICES (a rank uses its local rank).
+  int device_index = 0;
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,

@@ -1,0 +1,186 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/matmul.h"
+
+namespace coil::cuda {
+
+Workspace::~Workspace() {
+  if (data_ != nullptr) cudaFree(data_);
+}
+
+absl::StatusOr<void*> Workspace::Get(size_t bytes, cudaStream_t stream) {
+  if (bytes <= bytes_ && data_ != nullptr) return data_;
+  // Grow by at least half again so that a slowly growing step does not reallocate often.
+  const size_t wanted = std::max(bytes, bytes_ + bytes_ / 2);
+  COIL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  if (data_ != nullptr) {
+    COIL_CUDA_RETURN_IF_ERROR(cudaFree(data_));
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  const cudaError_t error = cudaMalloc(&data_, wanted);
+  if (error != cudaSuccess) {
+    data_ = nullptr;
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", wanted, " bytes of GPU scratch memory (", cudaGetErrorString(error),
+        "); lower --max-batch-tokens or the state budget"));
+  }
+  bytes_ = wanted;
+  return data_;
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device_index) {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat(
+        "no CUDA device is visible (",
+        error == cudaSuccess ? "device count 0" : cudaGetErrorString(error),
+        "); run on a machine with an NVIDIA GPU and driver, or use --device cpu"));
+  }
+  if (device_index < 0 || device_index >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU index ", device_index,
+                                                   " is out of range: ", count,
+                                                   " GPU(s) visible; use 0..", count - 1));
+  }
+  auto backend = std::unique_ptr<CudaBackend>(new CudaBackend());
+  CudaContext& ctx = backend->ctx_;
+  ctx.device = device_index;
+  COIL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_index));
+  cudaDeviceProp prop{};
+  COIL_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device_index));
+  ctx.sm_count = prop.multiProcessorCount;
+  ctx.shared_memory_per_block_optin = prop.sharedMemPerBlockOptin;
+  COIL_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
+  ctx.workspace = &backend->workspace_;
+  backend->name_ = absl::StrCat("cuda:", device_index, " (", prop.name, ", sm_", prop.major,
+                                prop.minor, ")");
+  COIL_ASSIGN_OR_RETURN(backend->matmul_, CublasLtMatmul::Create(ctx));
+  return backend;
+}
+
+CudaBackend::~CudaBackend() {
+  matmul_.reset();
+  if (ctx_.stream != nullptr) {
+    cudaStreamSynchronize(ctx_.stream);
+    cudaStreamDestroy(ctx_.stream);
+  }
+}
+
+absl::StatusOr<Buffer> CudaBackend::DoAllocate(size_t bytes) {
+  const size_t rounded = (bytes + 255) / 256 * 256;
+  void* data = nullptr;
+  const cudaError_t error = cudaMalloc(&data, rounded == 0 ? 256 : rounded);
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes on ", name_, " (",
+                     cudaGetErrorString(error), "); lower the state or batch budget"));
+  }
+  // Zero-filled, as the Backend contract says; ordered before any later op on the stream.
+  COIL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(data, 0, rounded, ctx_.stream));
+  return Buffer(data, bytes, [](void* p) { cudaFree(p); });
+}
+
+absl::Status CudaBackend::DoCopy(void* dst, const void* src, size_t bytes, bool to_host) {
+  if (bytes == 0) return absl::OkStatus();
+  if (to_host) {
+    COIL_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream));
+    COIL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx_.stream));
+    return absl::OkStatus();
+  }
+  // From pageable memory the call returns once the source has been staged, so the caller
+  // may reuse it at once; the copy itself is ordered with the ops on the stream.
+  COIL_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx_.stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoSynchronize() {
+  COIL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx_.stream));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RecurrentBatch> CudaBackend::WithDeviceMirrors(const RecurrentBatch& batch) {
+  if (batch.device_cu_seqlens != nullptr && batch.device_slots != nullptr &&
+      batch.device_fresh != nullptr && batch.device_start_positions != nullptr) {
+    return batch;
+  }
+  // One packed upload: [cu_seqlens (n+1) | slots (n) | start_positions (n) | fresh (n bytes)].
+  const size_t n = batch.slots.size();
+  const size_t ints = (n + 1) + n + n;
+  const size_t bytes = ints * sizeof(int32_t) + n;
+  batch_host_.resize((bytes + sizeof(int32_t) - 1) / sizeof(int32_t));
+  int32_t* host = batch_host_.data();
+  std::memcpy(host, batch.cu_seqlens.data(), (n + 1) * sizeof(int32_t));
+  std::memcpy(host + n + 1, batch.slots.data(), n * sizeof(int32_t));
+  std::memcpy(host + 2 * n + 1, batch.start_positions.data(), n * sizeof(int32_t));
+  std::memcpy(host + ints, batch.fresh.data(), n);
+  COIL_ASSIGN_OR_RETURN(void* staging, batch_staging_.Get(bytes, ctx_.stream));
+  COIL_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(staging, host, bytes, cudaMemcpyHostToDevice, ctx_.stream));
+  RecurrentBatch out = batch;
+  const int32_t* device = static_cast<const int32_t*>(staging);
+  out.device_cu_seqlens = device;
+  out.device_slots = device + n + 1;
+  out.device_start_positions = device + 2 * n + 1;
+  out.device_fresh = reinterpret_cast<const uint8_t*>(device + ints);
+  return out;
+}
+
+absl::Status CudaBackend::DoEmbedding(const Tensor& ids, const Tensor& table,
+                                      int64_t vocab_offset, const Tensor& out) {
+  return LaunchEmbedding(ctx_, ids, table, vocab_offset, out);
+}
+
+absl::Status CudaBackend::DoAddRmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                                       const Tensor& residual, const Tensor& out) {
+  return LaunchAddRmsNorm(ctx_, x, weight, eps, residual, out);
+}
+
+absl::Status CudaBackend::DoMatmul(const Tensor& x, const Tensor& w, const Tensor& y) {
+  return matmul_->Run(ctx_, x, w, y);
+}
+
+absl::Status CudaBackend::DoCausalConv1d(const Tensor& x, const Tensor& weight,
+                                         const Tensor& bias, const RecurrentBatch& batch,
+                                         const Tensor& conv_state, const Tensor& out) {
+  COIL_ASSIGN_OR_RETURN(RecurrentBatch device_batch, WithDeviceMirrors(batch));
+  return LaunchCausalConv1d(ctx_, x, weight, bias, device_batch, conv_state, out);
+}
+
+absl::Status CudaBackend::DoSsmScan(const Tensor& x, const Tensor& dt, const Tensor& a_log,
+                                    const Tensor& b, const Tensor& c, const Tensor& d,
+                                    const Tensor& dt_bias, const SsmScanOptions& options,
+                                    const RecurrentBatch& batch, const Tensor& ssm_state,
+                                    const Tensor& y) {
+  COIL_ASSIGN_OR_RETURN(RecurrentBatch device_batch, WithDeviceMirrors(batch));
+  return LaunchSsmScan(ctx_, x, dt, a_log, b, c, d, dt_bias, options, device_batch, ssm_state,
+                       y);
+}
+
+absl::Status CudaBackend::DoGatedSumSquares(const Tensor& y, const Tensor& z, int64_t ngroups,
+                                            const Tensor& gated, const Tensor& sumsq) {
+  return LaunchGatedSumSquares(ctx_, y, z, ngroups, gated, sumsq);
+}
+
+absl::Status CudaBackend::DoGatedNormApply(const Tensor& gated, const Tensor& sumsq,
+                                           const Tensor& weight, int64_t group_size, float eps,
+                                           const Tensor& out) {
+  return LaunchGatedNormApply(ctx_, gated, sumsq, weight, group_size, eps, out);
+}
+
+absl::Status CudaBackend::DoArgmax(const Tensor& logits, const Tensor& ids,
+                                   const Tensor& values) {
+  return LaunchArgmax(ctx_, logits, ids, values);
+}
+
+}  // namespace coil::cuda

@@ -1,0 +1,78 @@
+// CudaBackend: the Backend on one NVIDIA GPU. Owns a non-blocking stream that every op and
+// copy is issued on (so ops are asynchronous to the host and ordered among themselves), the
+// cuBLASLt handle, its workspace and per-shape algorithm cache, and op scratch memory.
+// Copies to the host return when the data is there; everything else only enqueues.
+// A RecurrentBatch that arrives without device mirrors is uploaded here (one copy per op);
+// the model uploads its step's batch once per step instead and passes the mirrors.
+#ifndef COIL_KERNELS_CUDA_CUDA_BACKEND_H_
+#define COIL_KERNELS_CUDA_CUDA_BACKEND_H_
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace coil::cuda {
+
+class CublasLtMatmul;
+
+class CudaBackend final : public Backend {
+ public:
+  // Uses GPU `device_index` (as numbered by CUDA_VISIBLE_DEVICES); UNAVAILABLE when no GPU
+  // or driver is visible, INVALID_ARGUMENT when the index is out of range.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device_index);
+  ~CudaBackend() override;
+
+  BackendKind kind() const override { return BackendKind::kCuda; }
+  Device device() const override { return Device::kCuda; }
+  std::string Name() const override { return name_; }
+
+  int device_index() const { return ctx_.device; }
+  cudaStream_t stream() const { return ctx_.stream; }
+  const CudaContext& context() const { return ctx_; }
+
+ private:
+  CudaBackend() = default;
+
+  absl::StatusOr<Buffer> DoAllocate(size_t bytes) override;
+  absl::Status DoCopy(void* dst, const void* src, size_t bytes, bool to_host) override;
+  absl::Status DoSynchronize() override;
+  absl::Status DoEmbedding(const Tensor& ids, const Tensor& table, int64_t vocab_offset,
+                           const Tensor& out) override;
+  absl::Status DoAddRmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                            const Tensor& residual, const Tensor& out) override;
+  absl::Status DoMatmul(const Tensor& x, const Tensor& w, const Tensor& y) override;
+  absl::Status DoCausalConv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              const RecurrentBatch& batch, const Tensor& conv_state,
+                              const Tensor& out) override;
+  absl::Status DoSsmScan(const Tensor& x, const Tensor& dt, const Tensor& a_log,
+                         const Tensor& b, const Tensor& c, const Tensor& d,
+                         const Tensor& dt_bias, const SsmScanOptions& options,
+                         const RecurrentBatch& batch, const Tensor& ssm_state,
+                         const Tensor& y) override;
+  absl::Status DoGatedSumSquares(const Tensor& y, const Tensor& z, int64_t ngroups,
+                                 const Tensor& gated, const Tensor& sumsq) override;
+  absl::Status DoGatedNormApply(const Tensor& gated, const Tensor& sumsq, const Tensor& weight,
+                                int64_t group_size, float eps, const Tensor& out) override;
+  absl::Status DoArgmax(const Tensor& logits, const Tensor& ids, const Tensor& values) override;
+
+  // Returns `batch` with device mirrors: itself when the caller set them, else a copy whose
+  // mirrors point at this backend's batch staging, filled by one upload.
+  absl::StatusOr<RecurrentBatch> WithDeviceMirrors(const RecurrentBatch& batch);
+
+  std::string name_;
+  CudaContext ctx_;
+  Workspace workspace_;
+  Workspace batch_staging_;
+  std::vector<int32_t> batch_host_;  // the packed host image of an uploaded batch
+  std::unique_ptr<CublasLtMatmul> matmul_;
+};
+
+}  // namespace coil::cuda
+
+#endif  // COIL_KERNELS_CUDA_CUDA_BACKEND_H_

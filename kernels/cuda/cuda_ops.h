@@ -1,0 +1,71 @@
+// The CUDA backend's kernel launchers: one free function per Backend op, each in its own
+// .cu (or, for cuBLASLt, .cc) file. They run on the context's stream, never synchronize,
+// check every launch, and receive arguments already validated by the Backend base class.
+// The RecurrentBatch they get always carries device mirrors (CudaBackend uploads them when
+// the caller did not), so the host vectors are for launch shapes only.
+#ifndef COIL_KERNELS_CUDA_CUDA_OPS_H_
+#define COIL_KERNELS_CUDA_CUDA_OPS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "kernels/recurrent_batch.h"
+#include "kernels/tensor.h"
+
+namespace coil::cuda {
+
+// Device scratch memory owned by the backend and reused by every op on its stream. Grow()
+// reallocates only when a larger size is asked for (it then synchronizes the stream, so it
+// must not be called while a CUDA graph is being captured: capture sizes it beforehand).
+class Workspace {
+ public:
+  Workspace() = default;
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  ~Workspace();
+
+  absl::StatusOr<void*> Get(size_t bytes, cudaStream_t stream);
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// What every launcher needs: the stream, the device's properties and the scratch memory.
+struct CudaContext {
+  cudaStream_t stream = nullptr;
+  int device = 0;
+  int sm_count = 0;
+  size_t shared_memory_per_block_optin = 0;
+  Workspace* workspace = nullptr;  // op scratch (e.g. SSD chunk states); not for matmul
+};
+
+absl::Status LaunchEmbedding(const CudaContext& ctx, const Tensor& ids, const Tensor& table,
+                             int64_t vocab_offset, const Tensor& out);
+absl::Status LaunchAddRmsNorm(const CudaContext& ctx, const Tensor& x, const Tensor& weight,
+                              float eps, const Tensor& residual, const Tensor& out);
+absl::Status LaunchCausalConv1d(const CudaContext& ctx, const Tensor& x, const Tensor& weight,
+                                const Tensor& bias, const RecurrentBatch& batch,
+                                const Tensor& conv_state, const Tensor& out);
+absl::Status LaunchSsmScan(const CudaContext& ctx, const Tensor& x, const Tensor& dt,
+                           const Tensor& a_log, const Tensor& b, const Tensor& c,
+                           const Tensor& d, const Tensor& dt_bias, const SsmScanOptions& options,
+                           const RecurrentBatch& batch, const Tensor& ssm_state,
+                           const Tensor& y);
+absl::Status LaunchGatedSumSquares(const CudaContext& ctx, const Tensor& y, const Tensor& z,
+                                   int64_t ngroups, const Tensor& gated, const Tensor& sumsq);
+absl::Status LaunchGatedNormApply(const CudaContext& ctx, const Tensor& gated,
+                                  const Tensor& sumsq, const Tensor& weight, int64_t group_size,
+                                  float eps, const Tensor& out);
+absl::Status LaunchArgmax(const CudaContext& ctx, const Tensor& logits, const Tensor& ids,
+                          const Tensor& values);
+
+}  // namespace coil::cuda
+
+#endif  // COIL_KERNELS_CUDA_CUDA_OPS_H_
