@@ -146,6 +146,10 @@ absl::Status CudaBackend::DoAddRmsNorm(const Tensor& x, const Tensor& weight, fl
   return LaunchAddRmsNorm(ctx_, x, weight, eps, residual, out);
 }
 
+absl::Status CudaBackend::ReserveMatmul(int64_t max_rows, int64_t max_k) {
+  return matmul_->Reserve(ctx_, max_rows, max_k);
+}
+
 absl::Status CudaBackend::DoMatmul(const Tensor& x, const Tensor& w, const Tensor& y) {
   return matmul_->Run(ctx_, x, w, y);
 }

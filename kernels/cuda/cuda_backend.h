@@ -36,6 +36,11 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return ctx_.stream; }
   const CudaContext& context() const { return ctx_; }
 
+  // Sizes the matmul's 16-bit copy of the activations for up to `max_rows` rows of up to
+  // `max_k` columns (bf16/f16 weights), so that no later Matmul allocates: call it before
+  // capturing a CUDA graph, whose Matmul would otherwise fail with FAILED_PRECONDITION.
+  absl::Status ReserveMatmul(int64_t max_rows, int64_t max_k);
+
  private:
   CudaBackend() = default;
 
