@@ -1,6 +1,7 @@
 #include "tests/unit/kernels/op_cases.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <random>
 
@@ -15,18 +16,22 @@ namespace {
 // ---------------------------------------------------------------- Embedding
 class EmbeddingCase : public OpCase {
  public:
-  EmbeddingCase(DType dtype, int64_t tokens, int64_t vocab, int64_t width, int64_t offset)
-      : dtype_(dtype), tokens_(tokens), vocab_(vocab), width_(width), offset_(offset) {}
+  // table_pad > 0: the table is columns [1, 1 + width) of a [vocab, width + table_pad]
+  // matrix (strided rows, as when the model gathers rows of an activation tensor).
+  EmbeddingCase(DType dtype, int64_t tokens, int64_t vocab, int64_t width, int64_t offset,
+                int64_t table_pad = 0)
+      : dtype_(dtype), tokens_(tokens), vocab_(vocab), width_(width), offset_(offset),
+        table_pad_(table_pad) {}
   std::string Op() const override { return "Embedding"; }
   std::string Params() const override {
     return absl::StrCat(DTypeName(dtype_), "_t", tokens_, "_v", vocab_, "_d", width_, "_off",
-                        offset_);
+                        offset_, table_pad_ ? absl::StrCat("_tpad", table_pad_) : "");
   }
   void MakeInputs(uint64_t seed) override {
     std::mt19937_64 rng(seed);
-    table_ = RandomFloats(rng, vocab_ * width_);
-    // Ids below, inside and above this shard's range [offset, offset + vocab).
-    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(offset_ + vocab_ + 3));
+    table_ = RandomFloats(rng, vocab_ * (width_ + table_pad_));
+    // Ids below (negative too), inside and above this shard's range [offset, offset + vocab).
+    std::uniform_int_distribution<int32_t> id(-2, static_cast<int32_t>(offset_ + vocab_ + 3));
     ids_.resize(tokens_);
     for (auto& i : ids_) i = id(rng);
   }
@@ -38,9 +43,10 @@ class EmbeddingCase : public OpCase {
     return absl::OkStatus();
   }
   absl::Status Launch(Backend& backend) override {
+    const Tensor table(d_table_->data(), dtype_, {vocab_, width_ + table_pad_},
+                       backend.device());
     return backend.Embedding(Tensor(d_ids_->data(), DType::kI32, {tokens_}, backend.device()),
-                             Tensor(d_table_->data(), dtype_, {vocab_, width_}, backend.device()),
-                             offset_,
+                             table_pad_ ? table.Columns(1, width_) : table, offset_,
                              Tensor(d_out_->data(), DType::kF32, {tokens_, width_},
                                     backend.device()));
   }
@@ -57,7 +63,7 @@ class EmbeddingCase : public OpCase {
 
  private:
   DType dtype_;
-  int64_t tokens_, vocab_, width_, offset_;
+  int64_t tokens_, vocab_, width_, offset_, table_pad_;
   std::vector<float> table_;
   std::vector<int32_t> ids_;
   std::optional<DeviceArray> d_ids_, d_table_, d_out_;
@@ -66,11 +72,13 @@ class EmbeddingCase : public OpCase {
 // ---------------------------------------------------------------- AddRmsNorm
 class AddRmsNormCase : public OpCase {
  public:
-  AddRmsNormCase(int64_t rows, int64_t width, bool with_x)
-      : rows_(rows), width_(width), with_x_(with_x) {}
+  // out_is_x: out aliases x (the model normalizes into the block output it just added).
+  AddRmsNormCase(int64_t rows, int64_t width, bool with_x, bool out_is_x = false)
+      : rows_(rows), width_(width), with_x_(with_x), out_is_x_(out_is_x) {}
   std::string Op() const override { return "AddRmsNorm"; }
   std::string Params() const override {
-    return absl::StrCat("f32_t", rows_, "_d", width_, with_x_ ? "_add" : "_first");
+    return absl::StrCat("f32_t", rows_, "_d", width_, with_x_ ? "_add" : "_first",
+                        out_is_x_ ? "_outisx" : "");
   }
   void MakeInputs(uint64_t seed) override {
     std::mt19937_64 rng(seed);
@@ -91,11 +99,11 @@ class AddRmsNormCase : public OpCase {
         with_x_ ? Tensor(d_x_->data(), DType::kF32, {rows_, width_}, dev) : Tensor(),
         Tensor(d_w_->data(), DType::kF32, {width_}, dev), 1e-5f,
         Tensor(d_res_->data(), DType::kF32, {rows_, width_}, dev),
-        Tensor(d_out_->data(), DType::kF32, {rows_, width_}, dev));
+        Tensor((out_is_x_ ? d_x_ : d_out_)->data(), DType::kF32, {rows_, width_}, dev));
   }
   absl::StatusOr<OpResult> Collect() override {
     OpResult r;
-    COIL_ASSIGN_OR_RETURN(auto out, d_out_->ReadFloats());
+    COIL_ASSIGN_OR_RETURN(auto out, (out_is_x_ ? d_x_ : d_out_)->ReadFloats());
     COIL_ASSIGN_OR_RETURN(auto res, d_res_->ReadFloats());
     r.outputs.emplace_back("out", std::move(out));
     r.outputs.emplace_back("residual", std::move(res));
@@ -106,7 +114,7 @@ class AddRmsNormCase : public OpCase {
 
  private:
   int64_t rows_, width_;
-  bool with_x_;
+  bool with_x_, out_is_x_;
   std::vector<float> x_, residual_, weight_;
   std::optional<DeviceArray> d_x_, d_res_, d_w_, d_out_;
 };
@@ -114,16 +122,20 @@ class AddRmsNormCase : public OpCase {
 // ---------------------------------------------------------------- Matmul
 class MatmulCase : public OpCase {
  public:
-  MatmulCase(DType dtype, int64_t m, int64_t n, int64_t k, int64_t y_stride_pad = 0)
-      : dtype_(dtype), m_(m), n_(n), k_(k), pad_(y_stride_pad) {}
+  // x_stride_pad > 0: x is columns [2, 2 + k) of an [m, k + x_stride_pad] matrix (strided
+  // rows starting off any 16-byte boundary, as slices of in_proj's output are).
+  MatmulCase(DType dtype, int64_t m, int64_t n, int64_t k, int64_t y_stride_pad = 0,
+             int64_t x_stride_pad = 0)
+      : dtype_(dtype), m_(m), n_(n), k_(k), pad_(y_stride_pad), xpad_(x_stride_pad) {}
   std::string Op() const override { return "Matmul"; }
   std::string Params() const override {
     return absl::StrCat(DTypeName(dtype_), "_m", m_, "_n", n_, "_k", k_,
-                        pad_ ? absl::StrCat("_ypad", pad_) : "");
+                        pad_ ? absl::StrCat("_ypad", pad_) : "",
+                        xpad_ ? absl::StrCat("_xpad", xpad_) : "");
   }
   void MakeInputs(uint64_t seed) override {
     std::mt19937_64 rng(seed);
-    x_ = RandomFloats(rng, m_ * k_);
+    x_ = RandomFloats(rng, m_ * (k_ + xpad_));
     w_ = RandomFloats(rng, n_ * k_, -0.1f, 0.1f);
   }
   absl::Status Prepare(Backend& backend) override {
@@ -135,7 +147,8 @@ class MatmulCase : public OpCase {
   }
   absl::Status Launch(Backend& backend) override {
     const Device dev = backend.device();
-    return backend.Matmul(Tensor(d_x_->data(), DType::kF32, {m_, k_}, dev),
+    const Tensor x(d_x_->data(), DType::kF32, {m_, k_ + xpad_}, dev);
+    return backend.Matmul(xpad_ ? x.Columns(2, k_) : x,
                           Tensor(d_w_->data(), dtype_, {n_, k_}, dev),
                           Tensor(d_y_->data(), DType::kF32, {m_, n_}, {n_ + pad_, 1}, dev));
   }
@@ -160,7 +173,7 @@ class MatmulCase : public OpCase {
 
  private:
   DType dtype_;
-  int64_t m_, n_, k_, pad_;
+  int64_t m_, n_, k_, pad_, xpad_;
   std::vector<float> x_, w_;
   std::optional<DeviceArray> d_x_, d_w_, d_y_;
 };
@@ -364,12 +377,15 @@ class SsmScanCase : public OpCase {
 // ---------------------------------------------------------------- GatedSumSquares
 class GatedSumSquaresCase : public OpCase {
  public:
-  GatedSumSquaresCase(int64_t rows, int64_t width, int64_t groups)
-      : rows_(rows), width_(width), groups_(groups) {}
+  // views: gated aliases y, and sumsq is columns [1, 1 + groups) of a [rows, groups + 2]
+  // matrix (as the model slices one rank's groups out of the all-reduced sums).
+  GatedSumSquaresCase(int64_t rows, int64_t width, int64_t groups, bool views = false)
+      : rows_(rows), width_(width), groups_(groups), views_(views) {}
   std::string Op() const override { return "GatedSumSquares"; }
   std::string Params() const override {
-    return absl::StrCat("f32_t", rows_, "_e", width_, "_g", groups_);
+    return absl::StrCat("f32_t", rows_, "_e", width_, "_g", groups_, views_ ? "_views" : "");
   }
+  int64_t sumsq_width() const { return views_ ? groups_ + 2 : groups_; }
   void MakeInputs(uint64_t seed) override {
     std::mt19937_64 rng(seed);
     y_ = RandomFloats(rng, rows_ * width_, -2.0f, 2.0f);
@@ -379,20 +395,22 @@ class GatedSumSquaresCase : public OpCase {
     COIL_ASSIGN_OR_RETURN(d_y_, DeviceArray::FromFloats(backend, y_));
     COIL_ASSIGN_OR_RETURN(d_z_, DeviceArray::FromFloats(backend, z_));
     COIL_ASSIGN_OR_RETURN(d_g_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * width_)));
-    COIL_ASSIGN_OR_RETURN(d_s_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * groups_)));
+    COIL_ASSIGN_OR_RETURN(
+        d_s_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * sumsq_width(), -3.0f)));
     return absl::OkStatus();
   }
   absl::Status Launch(Backend& backend) override {
     const Device dev = backend.device();
     const Tensor zp(d_z_->data(), DType::kF32, {rows_, width_ + 3}, dev);
-    return backend.GatedSumSquares(Tensor(d_y_->data(), DType::kF32, {rows_, width_}, dev),
-                                   zp.Columns(3, width_), groups_,
-                                   Tensor(d_g_->data(), DType::kF32, {rows_, width_}, dev),
-                                   Tensor(d_s_->data(), DType::kF32, {rows_, groups_}, dev));
+    const Tensor sumsq(d_s_->data(), DType::kF32, {rows_, sumsq_width()}, dev);
+    return backend.GatedSumSquares(
+        Tensor(d_y_->data(), DType::kF32, {rows_, width_}, dev), zp.Columns(3, width_), groups_,
+        Tensor((views_ ? d_y_ : d_g_)->data(), DType::kF32, {rows_, width_}, dev),
+        views_ ? sumsq.Columns(1, groups_) : sumsq);
   }
   absl::StatusOr<OpResult> Collect() override {
     OpResult r;
-    COIL_ASSIGN_OR_RETURN(auto g, d_g_->ReadFloats());
+    COIL_ASSIGN_OR_RETURN(auto g, (views_ ? d_y_ : d_g_)->ReadFloats());
     COIL_ASSIGN_OR_RETURN(auto s, d_s_->ReadFloats());
     r.outputs.emplace_back("gated", std::move(g));
     r.outputs.emplace_back("sumsq", std::move(s));
@@ -403,6 +421,7 @@ class GatedSumSquaresCase : public OpCase {
 
  private:
   int64_t rows_, width_, groups_;
+  bool views_;
   std::vector<float> y_, z_;
   std::optional<DeviceArray> d_y_, d_z_, d_g_, d_s_;
 };
@@ -410,16 +429,21 @@ class GatedSumSquaresCase : public OpCase {
 // ---------------------------------------------------------------- GatedNormApply
 class GatedNormApplyCase : public OpCase {
  public:
-  GatedNormApplyCase(int64_t rows, int64_t width, int64_t groups, int64_t group_size)
-      : rows_(rows), width_(width), groups_(groups), group_size_(group_size) {}
+  // views: out aliases gated, and sumsq is columns [2, 2 + groups) of a [rows, groups + 3]
+  // matrix.
+  GatedNormApplyCase(int64_t rows, int64_t width, int64_t groups, int64_t group_size,
+                     bool views = false)
+      : rows_(rows), width_(width), groups_(groups), group_size_(group_size), views_(views) {}
   std::string Op() const override { return "GatedNormApply"; }
   std::string Params() const override {
-    return absl::StrCat("f32_t", rows_, "_e", width_, "_g", groups_, "_gs", group_size_);
+    return absl::StrCat("f32_t", rows_, "_e", width_, "_g", groups_, "_gs", group_size_,
+                        views_ ? "_views" : "");
   }
+  int64_t sumsq_width() const { return views_ ? groups_ + 3 : groups_; }
   void MakeInputs(uint64_t seed) override {
     std::mt19937_64 rng(seed);
     gated_ = RandomFloats(rng, rows_ * width_, -2.0f, 2.0f);
-    sumsq_ = RandomFloats(rng, rows_ * groups_, 1.0f, 50.0f);
+    sumsq_ = RandomFloats(rng, rows_ * sumsq_width(), 1.0f, 50.0f);
     weight_ = RandomFloats(rng, width_, 0.5f, 1.5f);
   }
   absl::Status Prepare(Backend& backend) override {
@@ -431,14 +455,16 @@ class GatedNormApplyCase : public OpCase {
   }
   absl::Status Launch(Backend& backend) override {
     const Device dev = backend.device();
-    return backend.GatedNormApply(Tensor(d_g_->data(), DType::kF32, {rows_, width_}, dev),
-                                  Tensor(d_s_->data(), DType::kF32, {rows_, groups_}, dev),
-                                  Tensor(d_w_->data(), DType::kF32, {width_}, dev), group_size_,
-                                  1e-5f, Tensor(d_o_->data(), DType::kF32, {rows_, width_}, dev));
+    const Tensor sumsq(d_s_->data(), DType::kF32, {rows_, sumsq_width()}, dev);
+    return backend.GatedNormApply(
+        Tensor(d_g_->data(), DType::kF32, {rows_, width_}, dev),
+        views_ ? sumsq.Columns(2, groups_) : sumsq,
+        Tensor(d_w_->data(), DType::kF32, {width_}, dev), group_size_, 1e-5f,
+        Tensor((views_ ? d_g_ : d_o_)->data(), DType::kF32, {rows_, width_}, dev));
   }
   absl::StatusOr<OpResult> Collect() override {
     OpResult r;
-    COIL_ASSIGN_OR_RETURN(auto o, d_o_->ReadFloats());
+    COIL_ASSIGN_OR_RETURN(auto o, (views_ ? d_g_ : d_o_)->ReadFloats());
     r.outputs.emplace_back("out", std::move(o));
     return r;
   }
@@ -447,6 +473,7 @@ class GatedNormApplyCase : public OpCase {
 
  private:
   int64_t rows_, width_, groups_, group_size_;
+  bool views_;
   std::vector<float> gated_, sumsq_, weight_;
   std::optional<DeviceArray> d_g_, d_s_, d_w_, d_o_;
 };
@@ -454,9 +481,14 @@ class GatedNormApplyCase : public OpCase {
 // ---------------------------------------------------------------- Argmax
 class ArgmaxCase : public OpCase {
  public:
-  ArgmaxCase(int64_t rows, int64_t vocab) : rows_(rows), vocab_(vocab) {}
+  // nans: NaN at column 0 and at random columns of every row (NaN never wins), and in
+  // odd rows at the column right after the maximum.
+  ArgmaxCase(int64_t rows, int64_t vocab, bool nans = false)
+      : rows_(rows), vocab_(vocab), nans_(nans) {}
   std::string Op() const override { return "Argmax"; }
-  std::string Params() const override { return absl::StrCat("f32_t", rows_, "_v", vocab_); }
+  std::string Params() const override {
+    return absl::StrCat("f32_t", rows_, "_v", vocab_, nans_ ? "_nans" : "");
+  }
   void MakeInputs(uint64_t seed) override {
     std::mt19937_64 rng(seed);
     logits_ = RandomFloats(rng, rows_ * vocab_, -10.0f, 10.0f);
@@ -467,6 +499,18 @@ class ArgmaxCase : public OpCase {
       const int64_t a = col(rng), b = col(rng);
       logits_[t * vocab_ + a] = 11.0f;
       logits_[t * vocab_ + b] = 11.0f;
+    }
+    if (!nans_) return;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t t = 0; t < rows_; ++t) {
+      float* row = &logits_[t * vocab_];
+      const int64_t best = std::max_element(row, row + vocab_) - row;
+      for (int i = 0; i < 5; ++i) {
+        const int64_t c = col(rng);
+        if (c != best) row[c] = nan;
+      }
+      if (best != 0) row[0] = nan;
+      if (t % 2 == 1 && best + 1 < vocab_) row[best + 1] = nan;
     }
   }
   absl::Status Prepare(Backend& backend) override {
@@ -496,6 +540,7 @@ class ArgmaxCase : public OpCase {
 
  private:
   int64_t rows_, vocab_;
+  bool nans_;
   std::vector<float> logits_;
   std::optional<DeviceArray> d_l_, d_i_, d_v_;
 };
@@ -511,9 +556,22 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
     cases.push_back(std::make_unique<MatmulCase>(dt, 9, 64, 128));
     cases.push_back(std::make_unique<MatmulCase>(dt, 33, 50, 96, 5));
     cases.push_back(std::make_unique<MatmulCase>(dt, 70, 21, 40));
+    // Strided table rows: the model gathers rows of activations (f32) this way.
+    cases.push_back(std::make_unique<EmbeddingCase>(dt, 7, 20, 37, 3, 5));
   }
+  // The M a device matmul must treat alike (decode batches to prefill chunks), with odd K
+  // and N, strided x rows off 16-byte boundaries and strided y rows.
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (int64_t m : {1, 3, 64, 300}) {
+      cases.push_back(std::make_unique<MatmulCase>(dt, m, 45, 77, 3, 3));
+    }
+  }
+  cases.push_back(std::make_unique<MatmulCase>(DType::kF16, 3, 45, 77, 3, 3));
   cases.push_back(std::make_unique<AddRmsNormCase>(5, 100, true));
   cases.push_back(std::make_unique<AddRmsNormCase>(3, 64, false));
+  // Wider than a block of threads and not a multiple of the warp size; out aliasing x.
+  cases.push_back(std::make_unique<AddRmsNormCase>(4, 333, true, true));
+  cases.push_back(std::make_unique<AddRmsNormCase>(2, 1031, false));
   cases.push_back(std::make_unique<CausalConv1dCase>(40, 4, std::vector<int32_t>{1, 2, 7}, 6));
   cases.push_back(std::make_unique<CausalConv1dCase>(300, 4, std::vector<int32_t>{1, 1, 1, 1}, 8));
   cases.push_back(std::make_unique<CausalConv1dCase>(17, 2, std::vector<int32_t>{3, 1}, 2));
@@ -539,10 +597,17 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
                                                 std::vector<int32_t>{1, 12, 0, 0}, 5));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(5, 96, 2));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(3, 50, 1));
+  cases.push_back(std::make_unique<GatedSumSquaresCase>(4, 999, 3, true));
+  cases.push_back(std::make_unique<GatedSumSquaresCase>(2, 37, 1, true));
   cases.push_back(std::make_unique<GatedNormApplyCase>(5, 96, 2, 48));
   cases.push_back(std::make_unique<GatedNormApplyCase>(4, 40, 1, 80));
+  cases.push_back(std::make_unique<GatedNormApplyCase>(3, 999, 3, 333, true));
+  cases.push_back(std::make_unique<GatedNormApplyCase>(2, 37, 1, 74, true));
   cases.push_back(std::make_unique<ArgmaxCase>(6, 1000));
   cases.push_back(std::make_unique<ArgmaxCase>(3, 37));
+  cases.push_back(std::make_unique<ArgmaxCase>(4, 1000, true));
+  // A vocabulary row as wide as mamba2's (many columns per thread of a wide block).
+  cases.push_back(std::make_unique<ArgmaxCase>(2, 50288, true));
   return cases;
 }
 
