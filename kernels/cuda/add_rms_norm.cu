@@ -13,8 +13,8 @@ namespace coil::cuda {
 namespace {
 
 // No __restrict__ on x and out: they may alias.
-__global__ void AddRmsNormKernel(const float* x, int64_t x_stride, const float* weight,
-                                 float eps, float* residual, int64_t residual_stride, float* out,
+__global__ void AddRmsNormKernel(const float* x, int64_t x_stride, const float* weight, float eps,
+                                 float* residual, int64_t residual_stride, float* out,
                                  int64_t out_stride, int64_t rows, int64_t width) {
   __shared__ float scratch[32];
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
@@ -40,9 +40,8 @@ absl::Status LaunchAddRmsNorm(const CudaContext& ctx, const Tensor& x, const Ten
   const int64_t rows = residual.dim(0), width = residual.dim(1);
   if (rows == 0) return absl::OkStatus();
   AddRmsNormKernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
-      x.empty() ? nullptr : x.data<float>(), x.empty() ? 0 : x.stride(0), weight.data<float>(),
-      eps, residual.data<float>(), residual.stride(0), out.data<float>(), out.stride(0), rows,
-      width);
+      x.empty() ? nullptr : x.data<float>(), x.empty() ? 0 : x.stride(0), weight.data<float>(), eps,
+      residual.data<float>(), residual.stride(0), out.data<float>(), out.stride(0), rows, width);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -18,11 +18,10 @@ namespace {
 __device__ __forceinline__ float Silu(float z) { return z / (1.0f + expf(-z)); }
 
 // No __restrict__ on y and gated: they may alias.
-__global__ void GatedSumSquaresKernel(const float* y, int64_t y_stride,
-                                      const float* __restrict__ z, int64_t z_stride,
-                                      float* gated, int64_t gated_stride,
-                                      float* __restrict__ sumsq, int64_t sumsq_stride,
-                                      int64_t rows, int64_t ngroups, int64_t group) {
+__global__ void GatedSumSquaresKernel(const float* y, int64_t y_stride, const float* __restrict__ z,
+                                      int64_t z_stride, float* gated, int64_t gated_stride,
+                                      float* __restrict__ sumsq, int64_t sumsq_stride, int64_t rows,
+                                      int64_t ngroups, int64_t group) {
   __shared__ float scratch[32];
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
     const float* yr = y + t * y_stride;
@@ -72,16 +71,16 @@ absl::Status LaunchGatedSumSquares(const CudaContext& ctx, const Tensor& y, cons
   return absl::OkStatus();
 }
 
-absl::Status LaunchGatedNormApply(const CudaContext& ctx, const Tensor& gated,
-                                  const Tensor& sumsq, const Tensor& weight, int64_t group_size,
-                                  float eps, const Tensor& out) {
+absl::Status LaunchGatedNormApply(const CudaContext& ctx, const Tensor& gated, const Tensor& sumsq,
+                                  const Tensor& weight, int64_t group_size, float eps,
+                                  const Tensor& out) {
   const int64_t rows = gated.dim(0), width = gated.dim(1);
   if (rows == 0) return absl::OkStatus();
   // The CPU divides by static_cast<float>(group_size): the same float here.
   GatedNormApplyKernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
       gated.data<float>(), gated.stride(0), sumsq.data<float>(), sumsq.stride(0),
-      weight.data<float>(), static_cast<float>(group_size), eps, out.data<float>(),
-      out.stride(0), rows, width, width / sumsq.dim(1));
+      weight.data<float>(), static_cast<float>(group_size), eps, out.data<float>(), out.stride(0),
+      rows, width, width / sumsq.dim(1));
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -34,9 +34,7 @@ struct LtDestroy {
   void operator()(cublasLtContext* p) const { cublasLtDestroy(p); }
   void operator()(cublasLtMatmulDescOpaque_t* p) const { cublasLtMatmulDescDestroy(p); }
   void operator()(cublasLtMatrixLayoutOpaque_t* p) const { cublasLtMatrixLayoutDestroy(p); }
-  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const {
-    cublasLtMatmulPreferenceDestroy(p);
-  }
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
 };
 using LtHandle = std::unique_ptr<cublasLtContext, LtDestroy>;
 using OpDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, LtDestroy>;
@@ -150,14 +148,15 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
       b_remainder = lo;
     }
     const int64_t ldy = std::max(y.stride(0), n);
-    const int64_t x_elem = static_cast<int64_t>(DTypeSize(wt));
+    // x (or its 16-bit copy) has the weight's element size on every path.
+    const int64_t elem = static_cast<int64_t>(DTypeSize(wt));
     const PlanKey key{wt,
                       n,
                       k,
                       ldx,
                       ldy,
-                      Alignment(w.raw(), k * x_elem),
-                      Alignment(b_data, ldx * x_elem),
+                      Alignment(w.raw(), k * elem),
+                      Alignment(b_data, ldx * elem),
                       Alignment(y.raw(), ldy * 4)};
     COIL_ASSIGN_OR_RETURN(Plan * plan, GetPlan(key));
     COIL_RETURN_IF_ERROR(SetCols(plan->b.get(), m));
@@ -170,23 +169,23 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
       if (status != CUBLAS_STATUS_SUCCESS || check.workspaceSize > kWorkspaceBytes) {
         // Re-choosing for this M would give its rows other bits than every other M's.
         return absl::InternalError(absl::StrCat(
-            "the cuBLASLt algorithm pinned for ", KeyString(key), " does not apply to M=", m,
-            " (", cublasLtGetStatusString(status), ", workspace ", check.workspaceSize,
+            "the cuBLASLt algorithm pinned for ", KeyString(key), " does not apply to M=", m, " (",
+            cublasLtGetStatusString(status), ", workspace ", check.workspaceSize,
             " bytes); rows would not be batch-invariant, so the matmul refuses to run"));
       }
       plan->rows_checked.insert(m);
     }
     const float alpha = 1.0f, beta = 0.0f, beta_accumulate = 1.0f;
-    COIL_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
-        handle_.get(), plan->op.get(), &alpha, w.raw(), plan->a.get(), b_data, plan->b.get(),
-        &beta, y.raw(), plan->d.get(), y.raw(), plan->d.get(), &plan->algo, workspace_.get(),
-        kWorkspaceBytes, ctx.stream));
+    COIL_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_.get(), plan->op.get(), &alpha, w.raw(),
+                                               plan->a.get(), b_data, plan->b.get(), &beta, y.raw(),
+                                               plan->d.get(), y.raw(), plan->d.get(), &plan->algo,
+                                               workspace_.get(), kWorkspaceBytes, ctx.stream));
     if (b_remainder != nullptr) {
       // y += W lo: the same plan (the remainder plane has the same ld and alignment).
       COIL_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
-          handle_.get(), plan->op.get(), &alpha, w.raw(), plan->a.get(), b_remainder,
-          plan->b.get(), &beta_accumulate, y.raw(), plan->d.get(), y.raw(), plan->d.get(),
-          &plan->algo, workspace_.get(), kWorkspaceBytes, ctx.stream));
+          handle_.get(), plan->op.get(), &alpha, w.raw(), plan->a.get(), b_remainder, plan->b.get(),
+          &beta_accumulate, y.raw(), plan->d.get(), y.raw(), plan->d.get(), &plan->algo,
+          workspace_.get(), kWorkspaceBytes, ctx.stream));
     }
     return absl::OkStatus();
   }
@@ -212,8 +211,8 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
     COIL_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ctx.stream, &capture));
     if (capture != cudaStreamCaptureStatusNone) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "the matmul needs ", bytes, " bytes for its 16-bit copy of x but has ",
-          half_rows_bytes_, " while a CUDA graph is being captured; call "
+          "the matmul needs ", bytes, " bytes for its 16-bit copy of x but has ", half_rows_bytes_,
+          " while a CUDA graph is being captured; call "
           "CudaBackend::ReserveMatmul with the largest rows and K before capture"));
     }
     COIL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx.stream));
@@ -243,8 +242,8 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
     COIL_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     plan.op.reset(op);
     const int32_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
-    COIL_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+    COIL_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                               &transpose, sizeof(transpose)));
     COIL_CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
     cublasLtMatrixLayout_t layout = nullptr;
@@ -276,8 +275,7 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
     // below still forces split-K off on whatever the unrestricted heuristic returns.
     const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
     COIL_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-        pref_raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_reduction,
-        sizeof(no_reduction)));
+        pref_raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_reduction, sizeof(no_reduction)));
     cublasLtMatmulHeuristicResult_t results[kHeuristicCandidates] = {};
     int count = 0;
     cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(

@@ -40,8 +40,8 @@ __global__ void RowsToF16PairKernel(const float* __restrict__ x, int64_t x_strid
 
 }  // namespace
 
-absl::Status LaunchRowsToHalf(const CudaContext& ctx, const Tensor& x, DType to, void* hi,
-                              void* lo, int64_t ld) {
+absl::Status LaunchRowsToHalf(const CudaContext& ctx, const Tensor& x, DType to, void* hi, void* lo,
+                              int64_t ld) {
   const int64_t rows = x.dim(0), k = x.dim(1);
   if (rows == 0) return absl::OkStatus();
   if (to == DType::kBF16) {

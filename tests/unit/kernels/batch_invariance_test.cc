@@ -89,8 +89,7 @@ class BatchInvarianceTest : public ::testing::TestWithParam<Target> {
       const std::vector<float> out = op(*batched_, rows, in);
       ASSERT_EQ(out.size(), static_cast<size_t>(rows * out_width));
       for (int64_t r = 0; r < rows; r += 3) {
-        const std::vector<float> row_in(in.begin() + r * in_width,
-                                        in.begin() + (r + 1) * in_width);
+        const std::vector<float> row_in(in.begin() + r * in_width, in.begin() + (r + 1) * in_width);
         const std::vector<float> row_out = op(*solo_, 1, row_in);
         ASSERT_EQ(row_out.size(), static_cast<size_t>(out_width));
         ASSERT_EQ(std::memcmp(out.data() + r * out_width, row_out.data(), out_width * 4), 0)
@@ -110,8 +109,8 @@ TEST_P(BatchInvarianceTest, Matmul) {
     const std::vector<uint8_t> w = testing::Encode(testing::RandomFloats(rng, n * k), dtype);
     ExpectRowsInvariant(k, n, [&](Backend& b, int64_t rows, const std::vector<float>& in) {
       Mem x(b, in), wm(b, w), y(b, std::vector<float>(rows * n));
-      const absl::Status s =
-          b.Matmul(x.F32({rows, k}), Tensor(wm.data(), dtype, {n, k}, b.device()), y.F32({rows, n}));
+      const absl::Status s = b.Matmul(
+          x.F32({rows, k}), Tensor(wm.data(), dtype, {n, k}, b.device()), y.F32({rows, n}));
       EXPECT_TRUE(s.ok()) << s;
       return y.Read<float>();
     });
@@ -140,8 +139,8 @@ TEST_P(BatchInvarianceTest, GatedNorm) {
     Mem packed(b, in), wm(b, w), out(b, std::vector<float>(rows * e)),
         sumsq(b, std::vector<float>(rows * groups));
     const Tensor p = packed.F32({rows, 2 * e});
-    absl::Status s = b.GatedSumSquares(p.Columns(0, e), p.Columns(e, e), groups,
-                                       out.F32({rows, e}), sumsq.F32({rows, groups}));
+    absl::Status s = b.GatedSumSquares(p.Columns(0, e), p.Columns(e, e), groups, out.F32({rows, e}),
+                                       sumsq.F32({rows, groups}));
     EXPECT_TRUE(s.ok()) << s;
     s = b.GatedNormApply(out.F32({rows, e}), sumsq.F32({rows, groups}), wm.F32({e}), e / groups,
                          1e-5f, out.F32({rows, e}));

@@ -97,8 +97,9 @@ TEST(ArgmaxMergeTest, KernelReductionMatchesALeftToRightScan) {
 TEST(MatmulRoundingTest, Bf16IntrinsicRoundsLikeTheCpu) {
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<float> value(-1000.0f, 1000.0f);
-  std::vector<float> samples = {0.0f, -0.0f, 1.0f, 1.00390625f /* a tie: 1 + 2^-8 */,
-                                1.01171875f /* 1 + 3 * 2^-8 */, 3.0e38f, -kInf, 1e-40f};
+  std::vector<float> samples = {
+      0.0f,    -0.0f, 1.0f,  1.00390625f /* a tie: 1 + 2^-8 */, 1.01171875f /* 1 + 3 * 2^-8 */,
+      3.0e38f, -kInf, 1e-40f};
   for (int i = 0; i < 100000; ++i) samples.push_back(value(rng));
   for (float x : samples) {
     const __nv_bfloat16 b = __float2bfloat16_rn(x);
@@ -119,8 +120,8 @@ TEST(MatmulRoundingTest, F16SplitKeepsAbout22Bits) {
       const double sum = static_cast<double>(__half2float(hi)) + __half2float(lo);
       // hi carries 11 bits and lo the next 11; below f16's normal range (2^-14) lo's
       // absolute resolution (2^-24) takes over.
-      const double bound = std::max(std::fabs(static_cast<double>(x)) * std::ldexp(1.0, -21),
-                                    std::ldexp(1.0, -24));
+      const double bound =
+          std::max(std::fabs(static_cast<double>(x)) * std::ldexp(1.0, -21), std::ldexp(1.0, -24));
       ASSERT_LE(std::fabs(sum - x), bound) << x;
     }
   }
