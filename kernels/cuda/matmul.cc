@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -202,9 +203,10 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
  private:
   CublasLtMatmulImpl() = default;
 
-  // Grows the 16-bit copy of x to `bytes`. Growing frees the old buffer, which pending
-  // work may still read, so it waits for the stream first; a capturing stream cannot wait
-  // (and a graph must not record an address that is then freed), so it refuses.
+  // Grows the 16-bit copy of x to at least `bytes`. The old buffer is kept, not freed,
+  // until this object goes: work still queued may read it, and a CUDA graph captured
+  // earlier has its address recorded and reads it at every replay. Allocating while the
+  // stream captures is refused: the graph would depend on an allocation made outside it.
   absl::Status EnsureHalfRows(const CudaContext& ctx, int64_t bytes) {
     if (bytes <= half_rows_bytes_) return absl::OkStatus();
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -215,19 +217,20 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
           " while a CUDA graph is being captured; call "
           "CudaBackend::ReserveMatmul with the largest rows and K before capture"));
     }
-    COIL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx.stream));
-    half_rows_.reset();
-    half_rows_bytes_ = 0;
+    // Half again at least, so that a prefill growing step by step reallocates rarely (the
+    // kept buffers then add up to at most twice the last one).
+    const int64_t wanted = std::max(bytes, half_rows_bytes_ + half_rows_bytes_ / 2);
     void* data = nullptr;
-    const cudaError_t error = cudaMalloc(&data, static_cast<size_t>(bytes));
+    const cudaError_t error = cudaMalloc(&data, static_cast<size_t>(wanted));
     if (error != cudaSuccess) {
       cudaGetLastError();
       return absl::ResourceExhaustedError(
-          absl::StrCat("cannot allocate ", bytes, " bytes for the matmul's 16-bit copy of x (",
+          absl::StrCat("cannot allocate ", wanted, " bytes for the matmul's 16-bit copy of x (",
                        cudaGetErrorString(error), "); lower --max-batch-tokens"));
     }
+    if (half_rows_ != nullptr) retired_half_rows_.push_back(std::move(half_rows_));
     half_rows_.reset(data);
-    half_rows_bytes_ = bytes;
+    half_rows_bytes_ = wanted;
     return absl::OkStatus();
   }
 
@@ -319,6 +322,7 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
   DeviceMemory workspace_;
   DeviceMemory half_rows_;
   int64_t half_rows_bytes_ = 0;
+  std::vector<DeviceMemory> retired_half_rows_;  // earlier copies, kept for captured graphs
   std::map<PlanKey, Plan> plans_;
 };
 

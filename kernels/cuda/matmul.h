@@ -5,7 +5,8 @@
 // Row invariance (DESIGN §6): the algorithm is chosen once per (N, K, dtype, leading
 // dimensions, alignments), never per M, with split-K off, so element (m, n) is one dot
 // product in one order whatever M is. The cuBLASLt workspace is allocated once, at
-// creation; the 16-bit copy of x grows only outside CUDA graph capture (Reserve).
+// creation; the 16-bit copy of x grows only outside CUDA graph capture (Reserve), and a
+// grown-out copy stays allocated until destruction, since a captured graph may read it.
 #ifndef COIL_KERNELS_CUDA_MATMUL_H_
 #define COIL_KERNELS_CUDA_MATMUL_H_
 
@@ -33,8 +34,7 @@ class CublasLtMatmul {
   virtual absl::Status Run(const CudaContext& ctx, const Tensor& x, const Tensor& w,
                            const Tensor& y) = 0;
   // Sizes the 16-bit copy of x for any matmul of up to `max_rows` rows of up to `max_k`
-  // columns, so that later calls never allocate. Call it before capturing a CUDA graph
-  // (it synchronizes the stream when it grows the buffer).
+  // columns, so that later calls never allocate. Call it before capturing a CUDA graph.
   virtual absl::Status Reserve(const CudaContext& ctx, int64_t max_rows, int64_t max_k) = 0;
 
  protected:
