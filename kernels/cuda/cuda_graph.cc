@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<Backend::Graph>> CudaBackend::DoEndCapture() {
                                             cudaGetErrorString(instantiated),
                                             "); run with --cuda-graphs=false"));
   }
-  return std::unique_ptr<Graph>(new CudaGraph(exec, MemoryGeneration(), ctx_.stream));
+  return std::unique_ptr<Graph>(std::make_unique<CudaGraph>(exec, MemoryGeneration(), ctx_.stream));
 }
 
 absl::Status CudaBackend::DoReplay(const Graph& graph) {
