@@ -32,8 +32,8 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::kCuda; }
   std::string Name() const override { return name_; }
 
-  // CUDA graphs over the stream (cuda_graph.cc): captured in thread-local mode, so a
-  // synchronizing or allocating call made by this thread during a capture fails it.
+  // CUDA graphs over the stream (cuda_graph.cc), captured in relaxed mode: a call that
+  // synchronizes the stream or copies from pageable memory during a capture fails it.
   bool SupportsGraphs() const override { return true; }
   bool IsGraphCurrent(const Graph& graph) const override;
 

@@ -1,5 +1,8 @@
-// CUDA graphs on the CudaBackend's stream: capture (thread-local mode), instantiate,
-// replay. A graph remembers the op-scratch generation it was captured at, so a replay
+// CUDA graphs on the CudaBackend's stream: capture (relaxed mode), instantiate, replay.
+// Relaxed, because NCCL may allocate or connect lazily the first time a collective of a
+// new size is enqueued, which a stricter mode would turn into a failed capture; what
+// breaks a graph (synchronizing the capturing stream, a copy from pageable memory) still
+// invalidates the capture in this mode, and the op scratch only grows with a synchronize. A graph remembers the op-scratch generation it was captured at, so a replay
 // after the scratch was reallocated is refused instead of reading freed memory.
 #include <cstdint>
 #include <memory>
@@ -54,7 +57,7 @@ absl::Status CudaBackend::DoBeginCapture() {
         "a graph capture is already in progress on this stream; end it before starting another");
   }
   COIL_CUDA_RETURN_IF_ERROR(
-      cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
+      cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeRelaxed));
   return absl::OkStatus();
 }
 
@@ -66,7 +69,7 @@ absl::StatusOr<std::unique_ptr<Backend::Graph>> CudaBackend::DoEndCapture() {
     if (graph != nullptr) cudaGraphDestroy(graph);
     return absl::InternalError(absl::StrCat(
         "the graph capture failed (", cudaGetErrorString(ended),
-        "): an op synchronized, allocated or copied to the host while capturing; run with "
+        "): an op synchronized or copied to or from the host while capturing; run with "
         "--cuda-graphs=false and report the op"));
   }
   cudaGraphExec_t exec = nullptr;
