@@ -2,8 +2,9 @@
 // Relaxed, because NCCL may allocate or connect lazily the first time a collective of a
 // new size is enqueued, which a stricter mode would turn into a failed capture; what
 // breaks a graph (synchronizing the capturing stream, a copy from pageable memory) still
-// invalidates the capture in this mode, and the op scratch only grows with a synchronize. A graph remembers the op-scratch generation it was captured at, so a replay
-// after the scratch was reallocated is refused instead of reading freed memory.
+// invalidates the capture in this mode, and the op scratch only grows with a synchronize. A graph
+// remembers the op-scratch generation it was captured at, so a replay after the scratch was
+// reallocated is refused instead of reading freed memory.
 #include <cstdint>
 #include <memory>
 
@@ -56,8 +57,7 @@ absl::Status CudaBackend::DoBeginCapture() {
     return absl::FailedPreconditionError(
         "a graph capture is already in progress on this stream; end it before starting another");
   }
-  COIL_CUDA_RETURN_IF_ERROR(
-      cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeRelaxed));
+  COIL_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeRelaxed));
   return absl::OkStatus();
 }
 

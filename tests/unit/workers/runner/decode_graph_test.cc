@@ -86,11 +86,13 @@ TEST(DecodeBucketTest, DecodeOnlyMeansOneResumedTokenPerSequence) {
   EXPECT_FALSE(IsDecodeOnly(WorkedExample()));  // a prefill chunk
   EXPECT_FALSE(IsDecodeOnly(StepMetadata{}));
   const std::vector<int32_t> tokens = {1, 2, 3};
-  auto decodes = BuildStepMetadata(PlanOf({RunOf(1, 0, tokens, 2, 1), RunOf(2, 1, tokens, 1, 1)}, 1), 10, 4);
+  auto decodes =
+      BuildStepMetadata(PlanOf({RunOf(1, 0, tokens, 2, 1), RunOf(2, 1, tokens, 1, 1)}, 1), 10, 4);
   ASSERT_TRUE(decodes.ok());
   EXPECT_TRUE(IsDecodeOnly(*decodes));
   // A one-token prompt is a run of one token but starts fresh: not replayed.
-  auto fresh = BuildStepMetadata(PlanOf({RunOf(1, 0, tokens, 2, 1), RunOf(2, 1, tokens, 0, 1)}, 1), 10, 4);
+  auto fresh =
+      BuildStepMetadata(PlanOf({RunOf(1, 0, tokens, 2, 1), RunOf(2, 1, tokens, 0, 1)}, 1), 10, 4);
   ASSERT_TRUE(fresh.ok());
   EXPECT_FALSE(IsDecodeOnly(*fresh));
 }
@@ -140,7 +142,8 @@ TEST(DecodePaddingTest, PaddedDecodeKeepsTheRealRowsAndEveryOtherStateRow) {
   std::vector<ScheduledSequence> prefill;
   for (int i = 0; i < 4; ++i) {
     prompts.push_back(TokensBelow(250, 5 + 3 * i, 40 + i));
-    prefill.push_back(RunOf(i, slots[i], prompts[i], 0, static_cast<int32_t>(prompts[i].size()) - 1));
+    prefill.push_back(
+        RunOf(i, slots[i], prompts[i], 0, static_cast<int32_t>(prompts[i].size()) - 1));
   }
   for (LoadedModel* m : {plain.get(), padded.get()}) {
     const StepResult result = m->runner->Execute(PlanOf(prefill, 1));
@@ -158,7 +161,8 @@ TEST(DecodePaddingTest, PaddedDecodeKeepsTheRealRowsAndEveryOtherStateRow) {
   auto& padded_pool = const_cast<StatePool&>(padded->runner->state_pool());
   std::vector<float> plain_logits, padded_logits;
   ASSERT_TRUE(plain->model->Forward(*meta, plain_pool, false, plain_logits).ok());
-  const StepMetadata padded_meta = PadDecodeBatch(*meta, DecodeBucket(3), static_cast<int32_t>(kRows));
+  const StepMetadata padded_meta =
+      PadDecodeBatch(*meta, DecodeBucket(3), static_cast<int32_t>(kRows));
   ASSERT_TRUE(padded->model->Forward(padded_meta, padded_pool, false, padded_logits).ok());
   ASSERT_EQ(padded_logits.size(), plain_logits.size() / 3 * 4);
   for (size_t i = 0; i < plain_logits.size(); ++i) {
@@ -204,7 +208,8 @@ TEST(GreedyDevicePathTest, SameTokensAsTheHostSampler) {
     ASSERT_TRUE(expected.ok());
     ASSERT_EQ(result.tokens.size(), expected->size());
     for (size_t r = 0; r < rows.size(); ++r) {
-      EXPECT_EQ(result.tokens[r].token_id, (*expected)[r].token_id) << "step " << step << " row " << r;
+      EXPECT_EQ(result.tokens[r].token_id, (*expected)[r].token_id)
+          << "step " << step << " row " << r;
       EXPECT_EQ(result.tokens[r].request_id, (*expected)[r].request_id);
       EXPECT_LT(result.tokens[r].token_id, vocab);
     }
@@ -239,7 +244,7 @@ TEST(GreedyDevicePathTest, SampleGreedyAgreesWithSampleOnTiesAndPaddedIds) {
   constexpr int32_t kVocab = 13, kPadded = 16, kRows = 3;
   std::vector<float> logits(kRows * kPadded, 0.0f);
   for (int32_t i = 0; i < kPadded; ++i) {
-    logits[i] = static_cast<float>(i % 5);           // ties at 4, 9: the lowest wins
+    logits[i] = static_cast<float>(i % 5);  // ties at 4, 9: the lowest wins
     logits[kPadded + i] = i >= kVocab ? 100.0f : static_cast<float>(-i);  // padded ids largest
     logits[2 * kPadded + i] = static_cast<float>((i * 7) % 11) - 20.0f;
   }
@@ -249,7 +254,8 @@ TEST(GreedyDevicePathTest, SampleGreedyAgreesWithSampleOnTiesAndPaddedIds) {
   std::vector<float> values(kRows);
   const Tensor all(logits.data(), DType::kF32, {kRows, kPadded}, Device::kCpu);
   ASSERT_TRUE((*backend)
-                  ->Argmax(all.Columns(0, kVocab), Tensor(ids.data(), DType::kI32, {kRows}, Device::kCpu),
+                  ->Argmax(all.Columns(0, kVocab),
+                           Tensor(ids.data(), DType::kI32, {kRows}, Device::kCpu),
                            Tensor(values.data(), DType::kF32, {kRows}, Device::kCpu))
                   .ok());
   comm::SingleRankCommunicator comm;

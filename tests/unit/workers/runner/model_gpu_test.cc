@@ -36,11 +36,11 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeGpuBackend() {
 }
 
 // Skips the test where no GPU can be used; any other failure to create one fails it.
-#define COIL_GPU_OR_SKIP(var)                                                        \
-  auto var = MakeGpuBackend();                                                       \
-  if (!var.ok() && absl::IsUnavailable(var.status())) {                              \
-    GTEST_SKIP() << "no GPU: " << var.status().message();                            \
-  }                                                                                  \
+#define COIL_GPU_OR_SKIP(var)                             \
+  auto var = MakeGpuBackend();                            \
+  if (!var.ok() && absl::IsUnavailable(var.status())) {   \
+    GTEST_SKIP() << "no GPU: " << var.status().message(); \
+  }                                                       \
   ASSERT_TRUE(var.ok()) << var.status()
 
 std::string Write130m(const std::string& name, model::DType dtype) {
@@ -51,8 +51,8 @@ std::string Write130m(const std::string& name, model::DType dtype) {
 
 std::unique_ptr<LoadedModel> Load(const std::string& dir, std::unique_ptr<Backend> backend,
                                   int64_t state_rows) {
-  auto loaded = testing_reference::LoadOn(dir, std::move(backend), state_rows,
-                                          model::WeightType::kAuto);
+  auto loaded =
+      testing_reference::LoadOn(dir, std::move(backend), state_rows, model::WeightType::kAuto);
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   return loaded.ok() ? std::move(loaded).value() : nullptr;
 }
@@ -143,7 +143,8 @@ TEST(Mamba2GpuTest, GreedyTokensOfAPromptSplitOverThreeStepsEqualOneStep) {
     for (int i = 0; i < 6 && !out.empty(); ++i) {
       tokens.push_back(out.back());
       const int32_t n = static_cast<int32_t>(tokens.size());
-      const StepResult result = gpu->runner->Execute(PlanOf({RunOf(slot, slot, tokens, n - 1, 1)}, ++step));
+      const StepResult result =
+          gpu->runner->Execute(PlanOf({RunOf(slot, slot, tokens, n - 1, 1)}, ++step));
       EXPECT_TRUE(result.ok) << result.error;
       if (!result.ok) break;
       out.push_back(result.tokens.at(0).token_id);
@@ -178,7 +179,8 @@ void ExpectGraphDecodeMatchesEager(int n) {
   }
   const StepResult prefilled = gpu->runner->Execute(PlanOf(prefill, 1));
   ASSERT_TRUE(prefilled.ok) << prefilled.error;
-  auto meta = BuildStepMetadata(PlanOf(decodes, 2), gpu->model->config().padded_vocab_size(), kRows);
+  auto meta =
+      BuildStepMetadata(PlanOf(decodes, 2), gpu->model->config().padded_vocab_size(), kRows);
   ASSERT_TRUE(meta.ok());
   auto& pool = const_cast<StatePool&>(gpu->runner->state_pool());
   auto before = testing_reference::SnapshotState(*gpu->backend, pool);
@@ -226,8 +228,12 @@ void ExpectGraphDecodeMatchesEager(int n) {
 }
 
 TEST(Mamba2GpuTest, GraphDecodeOfOneSequenceEqualsEagerDecode) { ExpectGraphDecodeMatchesEager(1); }
-TEST(Mamba2GpuTest, GraphDecodeOfThreeSequencesEqualsEagerDecode) { ExpectGraphDecodeMatchesEager(3); }
-TEST(Mamba2GpuTest, GraphDecodeOfFiveSequencesEqualsEagerDecode) { ExpectGraphDecodeMatchesEager(5); }
+TEST(Mamba2GpuTest, GraphDecodeOfThreeSequencesEqualsEagerDecode) {
+  ExpectGraphDecodeMatchesEager(3);
+}
+TEST(Mamba2GpuTest, GraphDecodeOfFiveSequencesEqualsEagerDecode) {
+  ExpectGraphDecodeMatchesEager(5);
+}
 
 }  // namespace
 }  // namespace coil

@@ -30,9 +30,9 @@ namespace coil::testing_reference {
 
 // Writes the named shape ("tiny", "130m") with `sets` applied and amplified random weights
 // (test_models.h); returns the directory.
-inline absl::StatusOr<std::string> WriteShape(const std::string& name, const std::string& shape,
-                                              model::DType matrix_dtype,
-                                              const std::vector<std::pair<std::string, std::string>>& sets) {
+inline absl::StatusOr<std::string> WriteShape(
+    const std::string& name, const std::string& shape, model::DType matrix_dtype,
+    const std::vector<std::pair<std::string, std::string>>& sets) {
   absl::StatusOr<model::ModelConfig> config = model::NamedModelShape(shape);
   if (!config.ok()) return config.status();
   for (const auto& [key, value] : sets) {
@@ -60,9 +60,9 @@ struct LoadedModel {
 };
 
 inline absl::StatusOr<std::unique_ptr<LoadedModel>> LoadOn(const std::string& dir,
-                                                          std::unique_ptr<Backend> backend,
-                                                          int64_t state_rows,
-                                                          model::WeightType weights) {
+                                                           std::unique_ptr<Backend> backend,
+                                                           int64_t state_rows,
+                                                           model::WeightType weights) {
   auto loaded = std::make_unique<LoadedModel>();
   loaded->backend = std::move(backend);
   auto checkpoint = model::OpenCheckpoint(dir);
@@ -70,7 +70,8 @@ inline absl::StatusOr<std::unique_ptr<LoadedModel>> LoadOn(const std::string& di
   loaded->checkpoint = std::move(checkpoint).value();
   model::LoadOptions options;
   options.weight_type = weights;
-  auto model = model::Mamba2Model::Load(*loaded->checkpoint, *loaded->backend, loaded->comm, options);
+  auto model =
+      model::Mamba2Model::Load(*loaded->checkpoint, *loaded->backend, loaded->comm, options);
   if (!model.ok()) return model.status();
   loaded->model = std::move(model).value();
   auto runner = ModelRunner::Create(*loaded->model, *loaded->backend, loaded->comm, state_rows);
@@ -82,7 +83,7 @@ inline absl::StatusOr<std::unique_ptr<LoadedModel>> LoadOn(const std::string& di
 // The run tokens[begin, begin + count) of request `id` on `slot`, sampled greedily at its
 // end; fresh when it starts the sequence.
 inline ScheduledSequence RunOf(uint64_t id, int32_t slot, const std::vector<int32_t>& tokens,
-                             int32_t begin, int32_t count) {
+                               int32_t begin, int32_t count) {
   ScheduledSequence run;
   run.request_id = id;
   run.state_slot = slot;
@@ -136,8 +137,8 @@ inline absl::Status RestoreState(Backend& backend, const StatePool& pool,
   size_t offset = 0;
   for (int64_t l = 0; l < pool.shape().layers; ++l) {
     for (const Tensor& t : {pool.ConvState(l), pool.SsmState(l)}) {
-      const absl::Status copied = backend.CopyFromHost(t.raw(), all.data() + offset,
-                                                       static_cast<size_t>(t.numel()) * 4);
+      const absl::Status copied =
+          backend.CopyFromHost(t.raw(), all.data() + offset, static_cast<size_t>(t.numel()) * 4);
       if (!copied.ok()) return copied;
       offset += static_cast<size_t>(t.numel());
     }
@@ -146,11 +147,13 @@ inline absl::Status RestoreState(Backend& backend, const StatePool& pool,
 }
 
 // The floats of one state row `row` of every layer within a snapshot.
-inline std::vector<float> StateRow(const StatePool& pool, const std::vector<float>& all, int64_t row) {
+inline std::vector<float> StateRow(const StatePool& pool, const std::vector<float>& all,
+                                   int64_t row) {
   std::vector<float> out;
   size_t offset = 0;
   for (int64_t l = 0; l < pool.shape().layers; ++l) {
-    for (const int64_t per_row : {pool.shape().conv_floats_per_row(), pool.shape().ssm_floats_per_row()}) {
+    for (const int64_t per_row :
+         {pool.shape().conv_floats_per_row(), pool.shape().ssm_floats_per_row()}) {
       const auto begin = all.begin() + static_cast<std::ptrdiff_t>(offset + row * per_row);
       out.insert(out.end(), begin, begin + per_row);
       offset += static_cast<size_t>((pool.state_rows() + 1) * per_row);
