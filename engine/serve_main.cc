@@ -47,6 +47,10 @@
 #include "kernels/state_pool.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_config.h"
+#if COIL_WITH_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#include "workers/comm/nccl_communicator.h"
+#endif
 #include "workers/comm/broadcast_channel.h"
 #include "workers/comm/communicator.h"
 #include "workers/comm/mpi_session.h"
@@ -81,7 +85,12 @@ ABSL_FLAG(int32_t, drain_timeout, 30,
 ABSL_FLAG(std::string, weights, "auto", "matrix weight type: auto, f32 or bf16");
 ABSL_FLAG(int32_t, metrics_port, 9400,
           "port of the Prometheus /metrics endpoint on --host (0: any free port; -1: off)");
-ABSL_FLAG(std::string, device, "cpu", "cpu or cuda (cuda needs a build with COIL_CUDA)");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu or cuda (cuda needs a build with COIL_CUDA; rank r uses the node's GPU r, its "
+          "local rank, and the ranks' collectives go through NCCL)");
+ABSL_FLAG(bool, cuda_graphs, true,
+          "with --device cuda: replay decode-only steps as CUDA graphs (false: op by op, for "
+          "debugging)");
 
 namespace coil {
 namespace {
@@ -141,6 +150,11 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
   if (device == "cpu") {
     plan.backend = BackendKind::kCpu;
   } else if (device == "cuda") {
+#if !COIL_WITH_CUDA
+    return absl::FailedPreconditionError(
+        "--device cuda: this coil-serve was built without CUDA (no nvcc found, or "
+        "-DCOIL_CUDA=OFF); rebuild with the CUDA toolkit or use --device cpu");
+#endif
     plan.backend = BackendKind::kCuda;
   } else {
     return absl::InvalidArgumentError(absl::StrCat("--device is '", device, "'; use cpu or cuda"));
@@ -412,27 +426,56 @@ int Main(int argc, char** argv) {
                    << plan->scheduler.max_model_len << ", max_queue " << plan->scheduler.max_queue;
   }
 
-  // 2. Weights, state pool, tokenizer.
+  // 2. The device: the backend and, for CUDA with several ranks, the model's NCCL
+  // communicator. The runner, sampler and step status keep the MPI communicator.
   std::unique_ptr<Backend> backend;
+  const absl::Status device_ready = [&]() -> absl::Status {
+    BackendOptions backend_options;
+    backend_options.threads = ChooseThreads(absl::GetFlag(FLAGS_threads), comm->size());
+    if (plan->backend == BackendKind::kCuda) {
+      // One GPU per rank: the rank's index among the ranks of its node.
+      COIL_ASSIGN_OR_RETURN(backend_options.device_index, comm::LocalRankFromEnvironment());
+    }
+    COIL_ASSIGN_OR_RETURN(backend, CreateBackend(plan->backend, backend_options));
+    return absl::OkStatus();
+  }();
+  if (!AllRanksOk(*comm, device_ready, "device")) return 1;
+  std::unique_ptr<comm::Communicator> model_comm_owner;
+  comm::Communicator* model_comm = comm.get();
+#if COIL_WITH_CUDA
+  if (plan->backend == BackendKind::kCuda && comm->size() > 1) {
+    // Collective over the MPI ranks (every rank reaches it: the device step agreed). The
+    // collectives run on the backend's stream, ordered with the ops and capturable.
+    auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(backend.get());
+    absl::StatusOr<std::unique_ptr<comm::NcclCommunicator>> nccl =
+        absl::InternalError("--device cuda made a backend that is not the CUDA one");
+    if (cuda_backend != nullptr) {
+      nccl = comm::NcclCommunicator::Create(*comm, cuda_backend->device_index(),
+                                            cuda_backend->stream());
+    }
+    if (!AllRanksOk(*comm, nccl.status(), "NCCL communicator")) return 1;
+    model_comm_owner = std::move(nccl).value();
+    model_comm = model_comm_owner.get();
+  }
+#endif
+
+  // 3. Weights, state pool, tokenizer.
   std::unique_ptr<model::Checkpoint> checkpoint;
   std::unique_ptr<model::Mamba2Model> model;
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<tokenizer::Tokenizer> tok;
   const absl::Status loaded = [&]() -> absl::Status {
-    const int threads = ChooseThreads(absl::GetFlag(FLAGS_threads), comm->size());
-    BackendOptions backend_options;
-    backend_options.threads = threads;
-    COIL_ASSIGN_OR_RETURN(backend, CreateBackend(plan->backend, backend_options));
     COIL_ASSIGN_OR_RETURN(checkpoint, model::OpenCheckpoint(model_dir));
     model::LoadOptions load;
     COIL_ASSIGN_OR_RETURN(load.weight_type, model::ParseWeightType(absl::GetFlag(FLAGS_weights)));
+    load.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
     if (rank == 0 && isatty(STDERR_FILENO)) {
       load.progress = [](int64_t done, int64_t total) {
         std::fprintf(stderr, "\rloading weights: layer %lld of %lld%s", static_cast<long long>(done),
                      static_cast<long long>(total), done == total ? "\n" : "");
       };
     }
-    COIL_ASSIGN_OR_RETURN(model, model::Mamba2Model::Load(*checkpoint, *backend, *comm, load));
+    COIL_ASSIGN_OR_RETURN(model, model::Mamba2Model::Load(*checkpoint, *backend, *model_comm, load));
     COIL_ASSIGN_OR_RETURN(runner, ModelRunner::Create(*model, *backend, *comm, plan->scheduler.state_rows));
     if (rank == 0) {
       COIL_ASSIGN_OR_RETURN(tok, tokenizer::LoadTokenizerForModel(model_dir, absl::GetFlag(FLAGS_tokenizer)));

@@ -131,6 +131,27 @@ absl::Status Backend::CopyFromHost(void* device_dst, const void* host_src, size_
   return DoCopy(device_dst, host_src, bytes, /*to_host=*/false);
 }
 
+absl::Status Backend::FillZero(void* device_dst, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (device_dst == nullptr) return absl::InvalidArgumentError("fill with a null pointer; pass a buffer");
+  return DoFillZero(device_dst, bytes);
+}
+
+absl::Status Backend::DoBeginCapture() {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", Name(), " backend records no graphs; run the ops directly"));
+}
+
+absl::StatusOr<std::unique_ptr<Backend::Graph>> Backend::DoEndCapture() {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", Name(), " backend records no graphs; run the ops directly"));
+}
+
+absl::Status Backend::DoReplay(const Graph& /*graph*/) {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", Name(), " backend records no graphs; run the ops directly"));
+}
+
 absl::Status Backend::CopyToHost(void* host_dst, const void* device_src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   if (host_dst == nullptr || device_src == nullptr) {

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -59,6 +60,28 @@ class Backend {
   absl::Status CopyToHost(void* host_dst, const void* device_src, size_t bytes);
   // Waits for every op issued so far (a no-op on the CPU, whose ops are synchronous).
   absl::Status Synchronize() { return DoSynchronize(); }
+  // Sets `bytes` of device memory to zero, ordered with the ops (and recorded by a graph
+  // capture, unlike the copies, which are never captured).
+  absl::Status FillZero(void* device_dst, size_t bytes);
+
+  // ---- graphs (optional): record a fixed sequence of ops once, replay it many times ----
+  // Only a backend whose SupportsGraphs() is true implements them (CUDA graphs); the others
+  // answer UNIMPLEMENTED. Between BeginCapture and EndCapture the ops (and any collective
+  // enqueued on the backend's stream) are recorded, not run, and nothing may copy to or
+  // from the host or synchronize. A replay reads and writes the very addresses the capture
+  // saw, with the launch shapes the capture's host arguments gave.
+  class Graph {
+   public:
+    virtual ~Graph() = default;
+  };
+  virtual bool SupportsGraphs() const { return false; }
+  absl::Status BeginCapture() { return DoBeginCapture(); }
+  absl::StatusOr<std::unique_ptr<Graph>> EndCapture() { return DoEndCapture(); }
+  // Enqueues a captured graph; ordered with the ops before and after it.
+  absl::Status Replay(const Graph& graph) { return DoReplay(graph); }
+  // False once backend-owned memory the graph refers to (op scratch) has been reallocated
+  // since its capture: the graph must then be captured again.
+  virtual bool IsGraphCurrent(const Graph& /*graph*/) const { return false; }
 
   // ---- ops: inputs first, then outputs; activations are f32, rows are tokens ----
 
@@ -125,6 +148,10 @@ class Backend {
   virtual absl::StatusOr<Buffer> DoAllocate(size_t bytes) = 0;
   virtual absl::Status DoCopy(void* dst, const void* src, size_t bytes, bool to_host) = 0;
   virtual absl::Status DoSynchronize() = 0;
+  virtual absl::Status DoFillZero(void* dst, size_t bytes) = 0;
+  virtual absl::Status DoBeginCapture();
+  virtual absl::StatusOr<std::unique_ptr<Graph>> DoEndCapture();
+  virtual absl::Status DoReplay(const Graph& graph);
   virtual absl::Status DoEmbedding(const Tensor& ids, const Tensor& table, int64_t vocab_offset,
                                    const Tensor& out) = 0;
   virtual absl::Status DoAddRmsNorm(const Tensor& x, const Tensor& weight, float eps,

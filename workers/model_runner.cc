@@ -27,21 +27,27 @@ StepResult ModelRunner::Execute(const StepPlan& plan) {
   result.step_id = plan.step_id;
   absl::Status local = absl::OkStatus();
   auto meta = BuildStepMetadata(plan, model_.config().padded_vocab_size(), pool_.state_rows());
+  std::vector<const ScheduledSequence*> rows;
+  bool greedy = false;
   if (!meta.ok()) {
     local = meta.status();
   } else {
+    rows.reserve(meta->sample_sequences.size());
+    for (int32_t s : meta->sample_sequences) rows.push_back(&plan.sequences[s]);
+    // Greedy rows need only each rank's argmax, taken on the device: [rows] pairs come
+    // back instead of [rows, vocab] logits. The same choice on every rank (the same plan).
+    greedy = Sampler::AllGreedy(rows);
     // The forward pass keeps making its collective calls after a local error (it returns
     // the error at the end), so the ranks stay in step; only a broken collective returns
     // early, and then the job cannot go on anyway.
-    local = model_.Forward(*meta, pool_, /*all_rows=*/false, logits_);
+    local = greedy ? model_.ForwardArgmax(*meta, pool_, argmax_ids_, argmax_values_)
+                   : model_.Forward(*meta, pool_, /*all_rows=*/false, logits_);
   }
   auto failures = comm::AllReduceStepStatus(comm_, local);
   absl::Status combined = failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
   if (combined.ok() && meta.ok() && meta->num_samples() > 0) {
-    std::vector<const ScheduledSequence*> rows;
-    rows.reserve(meta->sample_sequences.size());
-    for (int32_t s : meta->sample_sequences) rows.push_back(&plan.sequences[s]);
-    auto tokens = sampler_.Sample(rows, logits_.data());
+    auto tokens = greedy ? sampler_.SampleGreedy(rows, argmax_ids_, argmax_values_)
+                         : sampler_.Sample(rows, logits_.data());
     if (tokens.ok()) {
       result.tokens = std::move(tokens).value();
     } else {

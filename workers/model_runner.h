@@ -51,6 +51,9 @@ class ModelRunner {
   StatePool pool_;
   Sampler sampler_;
   std::vector<float> logits_;  // this rank's columns of the sampled rows, reused per step
+  // Greedy steps: this rank's argmax of each sampled row (Mamba2Model::ForwardArgmax).
+  std::vector<int32_t> argmax_ids_;
+  std::vector<float> argmax_values_;
 };
 
 }  // namespace coil

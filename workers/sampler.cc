@@ -451,4 +451,43 @@ absl::StatusOr<std::vector<SampledToken>> Sampler::Sample(
   return tokens;
 }
 
+bool Sampler::AllGreedy(absl::Span<const ScheduledSequence* const> rows) {
+  for (const ScheduledSequence* row : rows) {
+    if (IsRandom(*row) || row->sampling.HasPenalties() || WantsLogprobs(*row)) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::vector<SampledToken>> Sampler::SampleGreedy(
+    absl::Span<const ScheduledSequence* const> rows, absl::Span<const int32_t> ids,
+    absl::Span<const float> values) {
+  const size_t num_rows = rows.size();
+  if (ids.size() != num_rows || values.size() != num_rows) {
+    return absl::InternalError(absl::StrCat("greedy sampling got ", ids.size(), " ids and ",
+                                            values.size(), " values for ", num_rows, " rows"));
+  }
+  std::vector<SampledToken> tokens(num_rows);
+  if (num_rows == 0) return tokens;
+  for (const ScheduledSequence* row : rows) {
+    COIL_RETURN_IF_ERROR_CONTEXT(ValidateSamplingParams(row->sampling),
+                                 absl::StrCat("request ", row->request_id));
+  }
+  // The same candidates Sample's greedy rows compare: this rank's best valid id, or none.
+  std::vector<Candidate> local(num_rows);
+  for (size_t r = 0; r < num_rows; ++r) {
+    const int32_t id = ids[r];
+    if (id >= range_.begin && id < std::min(range_.end, vocab_size_)) local[r] = {values[r], id};
+  }
+  COIL_ASSIGN_OR_RETURN(std::vector<Candidate> all, AllGather(comm_, local));
+  for (size_t r = 0; r < num_rows; ++r) {
+    Candidate best;
+    for (int k = 0; k < comm_.size(); ++k) {
+      if (Better(all[k * num_rows + r], best)) best = all[k * num_rows + r];
+    }
+    tokens[r].request_id = rows[r]->request_id;
+    tokens[r].token_id = best.id;
+  }
+  return tokens;
+}
+
 }  // namespace coil

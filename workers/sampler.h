@@ -36,6 +36,17 @@ class Sampler {
   absl::StatusOr<std::vector<SampledToken>> Sample(
       absl::Span<const ScheduledSequence* const> rows, float* logits);
 
+  // Whether Sample would only take each row's argmax: every row greedy (temperature 0),
+  // without penalties or logprobs. Such a step needs no logits on the host (SampleGreedy).
+  static bool AllGreedy(absl::Span<const ScheduledSequence* const> rows);
+
+  // Sample's answer for an AllGreedy step from each rank's argmax over its real-vocabulary
+  // columns instead of the logits: ids[r] the global id of row r's largest value on this
+  // rank (the lowest among equals; -1 when none) and values[r] that value. Collective.
+  absl::StatusOr<std::vector<SampledToken>> SampleGreedy(
+      absl::Span<const ScheduledSequence* const> rows, absl::Span<const int32_t> ids,
+      absl::Span<const float> values);
+
  private:
   comm::Communicator& comm_;
   VocabRange range_;

@@ -1,5 +1,7 @@
 #include "workers/step_metadata.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 
@@ -38,6 +40,66 @@ absl::StatusOr<StepMetadata> BuildStepMetadata(const StepPlan& plan, int64_t pad
     }
   }
   return meta;
+}
+
+void PackStepMetadata(const StepMetadata& meta, PackedStepMetadata& packed) {
+  const RecurrentBatch& batch = meta.batch;
+  const size_t tokens = meta.token_ids.size(), seqs = batch.slots.size(),
+               samples = meta.sample_rows.size();
+  packed.token_ids = 0;
+  packed.cu_seqlens = packed.token_ids + tokens;
+  packed.slots = packed.cu_seqlens + batch.cu_seqlens.size();
+  packed.start_positions = packed.slots + seqs;
+  packed.sample_rows = packed.start_positions + seqs;
+  packed.fresh = packed.sample_rows + samples;
+  packed.words.assign(packed.fresh + (seqs + 3) / 4, 0);
+  int32_t* words = packed.words.data();
+  auto put = [](int32_t* dst, const std::vector<int32_t>& src) {
+    if (!src.empty()) std::memcpy(dst, src.data(), src.size() * sizeof(int32_t));
+  };
+  put(words + packed.token_ids, meta.token_ids);
+  put(words + packed.cu_seqlens, batch.cu_seqlens);
+  put(words + packed.slots, batch.slots);
+  put(words + packed.start_positions, batch.start_positions);
+  put(words + packed.sample_rows, meta.sample_rows);
+  if (seqs > 0) std::memcpy(words + packed.fresh, batch.fresh.data(), seqs);
+}
+
+int64_t MaxPackedWords(int64_t rows) {
+  // tokens + (seqs + 1) + 2 seqs + samples + fresh words, with seqs, samples <= rows.
+  return rows + (rows + 1) + 2 * rows + rows + (rows + 3) / 4;
+}
+
+bool IsDecodeOnly(const StepMetadata& meta) {
+  const RecurrentBatch& batch = meta.batch;
+  if (batch.num_seqs() == 0) return false;
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    if (batch.run_length(s) != 1 || batch.fresh[s] != 0) return false;
+  }
+  return true;
+}
+
+int64_t DecodeBucket(int64_t num_seqs) {
+  int64_t bucket = 1;
+  while (bucket < num_seqs) bucket *= 2;
+  return bucket;
+}
+
+StepMetadata PadDecodeBatch(const StepMetadata& meta, int64_t bucket, int32_t scratch_row) {
+  StepMetadata padded = meta;
+  for (int64_t s = meta.batch.num_seqs(); s < bucket; ++s) {
+    padded.token_ids.push_back(0);
+    padded.positions.push_back(0);
+    padded.batch.Add(1, scratch_row, /*is_fresh=*/false, /*start_position=*/0);
+  }
+  for (int64_t row = meta.num_samples(); row < bucket; ++row) {
+    padded.sample_rows.push_back(static_cast<int32_t>(row));
+  }
+  return padded;
+}
+
+StepMetadata ScratchDecodeBatch(int64_t bucket, int32_t scratch_row) {
+  return PadDecodeBatch(StepMetadata{}, bucket, scratch_row);
 }
 
 }  // namespace coil

@@ -37,6 +37,41 @@ struct StepMetadata {
 absl::StatusOr<StepMetadata> BuildStepMetadata(const StepPlan& plan, int64_t padded_vocab,
                                                int64_t state_rows);
 
+// The step's arrays packed into one block of 32-bit words, so that one host -> device copy
+// per step moves everything the kernels read (DESIGN §4): token ids, cu_seqlens, slots,
+// start positions, sample rows, then the fresh flags as bytes (the block's tail padded to a
+// whole word). The offsets are in words from the block's start.
+struct PackedStepMetadata {
+  std::vector<int32_t> words;
+  size_t token_ids = 0;
+  size_t cu_seqlens = 0;
+  size_t slots = 0;
+  size_t start_positions = 0;
+  size_t sample_rows = 0;
+  size_t fresh = 0;  // byte i of the fresh flags is byte i from word `fresh` on
+};
+// `packed`'s vectors are reused (no allocation once they are large enough).
+void PackStepMetadata(const StepMetadata& meta, PackedStepMetadata& packed);
+// The most words PackStepMetadata writes for a step of `rows` tokens (sequences and sample
+// rows are at most one per token).
+int64_t MaxPackedWords(int64_t rows);
+
+// ---- decode-only steps, replayed as CUDA graphs per batch-size bucket ----
+// True when every sequence runs exactly one token and resumes a state it already has (no
+// fresh start): the steps a graph captured on a batch of scratch-row entries can replay.
+bool IsDecodeOnly(const StepMetadata& meta);
+// The bucket of `num_seqs` sequences: the smallest power of two at least num_seqs
+// (1, 2, 4, 8, ...).
+int64_t DecodeBucket(int64_t num_seqs);
+// A decode-only `meta` of n sequences padded to `bucket` >= n: the added entries are token
+// 0 on `scratch_row` (fresh 0, position 0), which nobody reads; sample rows are padded with
+// rows num_samples()..bucket-1 so that every bucket row gets logits, the real samples
+// first. sample_sequences is left as it was (the real samples).
+StepMetadata PadDecodeBatch(const StepMetadata& meta, int64_t bucket, int32_t scratch_row);
+// `bucket` entries that are all padding: what a graph is captured on, so that capturing
+// never touches a live request's state.
+StepMetadata ScratchDecodeBatch(int64_t bucket, int32_t scratch_row);
+
 }  // namespace coil
 
 #endif  // COIL_WORKERS_STEP_METADATA_H_

@@ -24,6 +24,11 @@ absl::Status CpuBackend::DoCopy(void* dst, const void* src, size_t bytes, bool t
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::DoFillZero(void* dst, size_t bytes) {
+  std::memset(dst, 0, bytes);
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::DoEmbedding(const Tensor& ids, const Tensor& table,
                                      int64_t vocab_offset, const Tensor& out) {
   CpuEmbedding({&pool_, use_ref_}, ids, table, vocab_offset, out);

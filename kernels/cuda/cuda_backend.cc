@@ -18,6 +18,7 @@ absl::StatusOr<void*> Workspace::Get(size_t bytes, cudaStream_t stream) {
   // Grow by at least half again so that a slowly growing step does not reallocate often.
   const size_t wanted = std::max(bytes, bytes_ + bytes_ / 2);
   COIL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  ++generation_;
   if (data_ != nullptr) {
     COIL_CUDA_RETURN_IF_ERROR(cudaFree(data_));
     data_ = nullptr;
@@ -101,6 +102,11 @@ absl::Status CudaBackend::DoCopy(void* dst, const void* src, size_t bytes, bool 
   // may reuse it at once; the copy itself is ordered with the ops on the stream.
   COIL_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx_.stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoFillZero(void* dst, size_t bytes) {
+  COIL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dst, 0, bytes, ctx_.stream));
   return absl::OkStatus();
 }
 

@@ -32,6 +32,11 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::kCuda; }
   std::string Name() const override { return name_; }
 
+  // CUDA graphs over the stream (cuda_graph.cc), captured in relaxed mode: a call that
+  // synchronizes the stream or copies from pageable memory during a capture fails it.
+  bool SupportsGraphs() const override { return true; }
+  bool IsGraphCurrent(const Graph& graph) const override;
+
   int device_index() const { return ctx_.device; }
   cudaStream_t stream() const { return ctx_.stream; }
   const CudaContext& context() const { return ctx_; }
@@ -47,6 +52,12 @@ class CudaBackend final : public Backend {
   absl::StatusOr<Buffer> DoAllocate(size_t bytes) override;
   absl::Status DoCopy(void* dst, const void* src, size_t bytes, bool to_host) override;
   absl::Status DoSynchronize() override;
+  absl::Status DoFillZero(void* dst, size_t bytes) override;
+  absl::Status DoBeginCapture() override;
+  absl::StatusOr<std::unique_ptr<Graph>> DoEndCapture() override;
+  absl::Status DoReplay(const Graph& graph) override;
+  // The sum of the op scratch generations: a graph is current while it is unchanged.
+  uint64_t MemoryGeneration() const;
   absl::Status DoEmbedding(const Tensor& ids, const Tensor& table, int64_t vocab_offset,
                            const Tensor& out) override;
   absl::Status DoAddRmsNorm(const Tensor& x, const Tensor& weight, float eps,

@@ -31,10 +31,14 @@ class Workspace {
 
   absl::StatusOr<void*> Get(size_t bytes, cudaStream_t stream);
   size_t bytes() const { return bytes_; }
+  // How many times the memory has been reallocated: a CUDA graph captured at an older
+  // generation holds a freed pointer and must be captured again.
+  uint64_t generation() const { return generation_; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  uint64_t generation_ = 0;
 };
 
 // What every launcher needs: the stream, the device's properties and the scratch memory.

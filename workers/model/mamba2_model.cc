@@ -1,12 +1,19 @@
 #include "workers/model/mamba2_model.h"
 
-#include <chrono>
 #include <algorithm>
+#include <bit>
+#include <cmath>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#if COIL_WITH_CUDA
+#include "workers/comm/nccl_communicator.h"
+#endif
 
 namespace coil::model {
 namespace {
@@ -22,8 +29,11 @@ model::DType ToStoredType(::coil::DType dtype) {
 
 // What an error message names for a failed op: a layer, or the input (ids and embedding).
 constexpr int64_t kInputLayer = -1;
+constexpr int64_t kOutputLayer = -2;  // the final norm and the lm_head
 std::string LayerContext(int64_t layer) {
-  return layer == kInputLayer ? std::string("embedding") : absl::StrCat("layer ", layer);
+  if (layer == kInputLayer) return "embedding";
+  if (layer == kOutputLayer) return "lm_head";
+  return absl::StrCat("layer ", layer);
 }
 
 std::string LayerName(int64_t layer, const char* suffix) {
@@ -58,6 +68,7 @@ absl::StatusOr<std::unique_ptr<Mamba2Model>> Mamba2Model::Load(const Checkpoint&
   model->mixer_norm_eps_ = config.format == ConfigFormat::kHuggingFace
                                ? static_cast<float>(config.norm_epsilon)
                                : 1e-5f;  // mamba_ssm's RMSNormGated default
+  model->cuda_graphs_ = options.cuda_graphs;
   COIL_RETURN_IF_ERROR(model->LoadWeights(checkpoint, options));
   return model;
 }
@@ -202,7 +213,8 @@ absl::Status Mamba2Model::EnsureScratch(int64_t rows, int64_t sampled_rows) {
       COIL_ASSIGN_OR_RETURN(buffer, backend_.Allocate(static_cast<size_t>(floats) * 4));
       return absl::OkStatus();
     };
-    COIL_RETURN_IF_ERROR(alloc(ids_, rows));
+    ++scratch_generation_;  // before anything is freed: a partial failure drops the graphs too
+    COIL_RETURN_IF_ERROR(alloc(meta_, MaxPackedWords(rows)));
     COIL_RETURN_IF_ERROR(alloc(residual_, rows * d));
     COIL_RETURN_IF_ERROR(alloc(normed_, rows * d));
     COIL_RETURN_IF_ERROR(alloc(mixer_out_, rows * d));
@@ -214,39 +226,66 @@ absl::Status Mamba2Model::EnsureScratch(int64_t rows, int64_t sampled_rows) {
     scratch_rows_ = rows;
   }
   if (sampled_rows > scratch_sampled_) {
+    ++scratch_generation_;
     COIL_ASSIGN_OR_RETURN(sampled_, backend_.Allocate(static_cast<size_t>(sampled_rows) * 4 *
-                                                      (config_.d_model + 1)));
+                                                      config_.d_model));
     COIL_ASSIGN_OR_RETURN(logits_, backend_.Allocate(static_cast<size_t>(sampled_rows) * 4 *
                                                      layout_.vocab.size()));
+    // Argmax output: [sampled] i32 ids, then [sampled] f32 values.
+    COIL_ASSIGN_OR_RETURN(argmax_, backend_.Allocate(static_cast<size_t>(sampled_rows) * 8));
     scratch_sampled_ = sampled_rows;
   }
   return absl::OkStatus();
 }
 
-absl::Status Mamba2Model::AllReduce(const Tensor& t) {
-  if (comm_.size() == 1) return absl::OkStatus();
+bool Mamba2Model::CommReadsBackendMemory() const {
+  return comm_.size() == 1 || backend_.device() == Device::kCpu ||
+         comm_.memory_space() == comm::MemorySpace::kDevice;
+}
+
+bool Mamba2Model::graphs_enabled() const {
+  // Only collectives enqueued on the backend's stream (NCCL) can be captured; MPI cannot.
+  return cuda_graphs_ && backend_.SupportsGraphs() &&
+         (comm_.size() == 1 || comm_.memory_space() == comm::MemorySpace::kDevice);
+}
+
+absl::Status Mamba2Model::AllReduce(float* data, size_t count, bool collectives,
+                                    absl::Status& status) {
+  if (comm_.size() == 1 || !collectives) return absl::OkStatus();
   const auto start = std::chrono::steady_clock::now();
-  const absl::Status status = comm_.AllReduceSum(t.data<float>(), static_cast<size_t>(t.numel()));
+  absl::Status reduced;
+  if (CommReadsBackendMemory()) {
+    reduced = comm_.AllReduceSum(data, count);
+  } else {
+    // A host communicator with device activations: through the host. A failed copy still
+    // joins the collective (with whatever the buffer holds), so the ranks stay in step.
+    host_stage_.resize(count);
+    absl::Status copied = backend_.CopyToHost(host_stage_.data(), data, count * 4);
+    reduced = comm_.AllReduceSum(host_stage_.data(), count);
+    if (copied.ok() && reduced.ok()) copied = backend_.CopyFromHost(data, host_stage_.data(), count * 4);
+    if (status.ok() && !copied.ok()) status = copied;
+  }
   comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return status;
+  return reduced;
 }
 
 // rmsnorm(y * silu(z)) * w per group. When this rank holds part of a group, the group's
 // sum of squares is the sum over the ranks that share it: each rank computes the partial
-// sums of each group piece it holds, places them at the group's global index of a
-// [rows, ngroups] buffer, and one all-reduce adds them. Whether groups are whole is the same
-// on every rank (heads per rank % heads per group), so every rank makes the same calls.
+// sums of each group piece it holds into the group's global column of a zeroed
+// [rows, ngroups] buffer (group_sums_, backend memory), and one all-reduce adds them.
+// Whether groups are whole is the same on every rank (heads per rank % heads per group),
+// so every rank makes the same calls.
 absl::Status Mamba2Model::GroupNorm(const Layer& layer, const Tensor& y, const Tensor& z,
-                                    int64_t rows, absl::Status& status,
+                                    int64_t rows, bool collectives, absl::Status& status,
                                     int64_t layer_index) {
   const int64_t local_groups = layout_.groups();
   const int64_t group_size = layout_.heads_per_group * config_.headdim;
   const Device device = backend_.device();
-  Tensor sumsq(sumsq_.data(), ::coil::DType::kF32, {rows, local_groups}, device);
   auto fail = [&](absl::Status op) {
     if (status.ok() && !op.ok()) status = Annotate(op, LayerContext(layer_index));
   };
   if (layout_.groups_whole()) {
+    const Tensor sumsq(sumsq_.data(), ::coil::DType::kF32, {rows, local_groups}, device);
     if (status.ok()) fail(backend_.GatedSumSquares(y, z, local_groups, y, sumsq));
     if (status.ok()) {
       fail(backend_.GatedNormApply(y, sumsq, layer.mixer_norm, group_size, mixer_norm_eps_, y));
@@ -261,54 +300,55 @@ absl::Status Mamba2Model::GroupNorm(const Layer& layer, const Tensor& y, const T
         std::min<int64_t>(layout_.heads(), (g + 1) * layout_.heads_per_group - first);
     return std::pair<int64_t, int64_t>{head_begin * p, (head_end - head_begin) * p};
   };
+  const int64_t g_all = config_.ngroups;
+  const Tensor sums(group_sums_.data(), ::coil::DType::kF32, {rows, g_all}, device);
+  if (status.ok()) fail(backend_.FillZero(sums.raw(), static_cast<size_t>(rows * g_all) * 4));
   for (int64_t g = 0; g < local_groups && status.ok(); ++g) {
     const auto [begin, width] = piece(g);
     fail(backend_.GatedSumSquares(y.Columns(begin, width), z.Columns(begin, width), 1,
-                                  y.Columns(begin, width), sumsq.Columns(g, 1)));
+                                  y.Columns(begin, width),
+                                  sums.Columns(layout_.group_begin + g, 1)));
   }
-  const int64_t g_all = config_.ngroups;
-  std::vector<float> local(static_cast<size_t>(rows * local_groups));
-  if (status.ok()) fail(backend_.CopyToHost(local.data(), sumsq.raw(), local.size() * 4));
-  std::vector<float> global(static_cast<size_t>(rows * g_all), 0.0f);
-  for (int64_t t = 0; t < rows; ++t) {
-    for (int64_t g = 0; g < local_groups; ++g) {
-      global[t * g_all + layout_.group_begin + g] = local[t * local_groups + g];
-    }
-  }
-  const auto start = std::chrono::steady_clock::now();
-  COIL_RETURN_IF_ERROR(comm_.AllReduceSum(global.data(), global.size()));
-  comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (int64_t t = 0; t < rows; ++t) {
-    for (int64_t g = 0; g < local_groups; ++g) {
-      local[t * local_groups + g] = global[t * g_all + layout_.group_begin + g];
-    }
-  }
-  if (status.ok()) fail(backend_.CopyFromHost(sumsq.raw(), local.data(), local.size() * 4));
+  COIL_RETURN_IF_ERROR(
+      AllReduce(sums.data<float>(), static_cast<size_t>(rows * g_all), collectives, status));
   for (int64_t g = 0; g < local_groups && status.ok(); ++g) {
     const auto [begin, width] = piece(g);
     const Tensor weight(layer.mixer_norm.data<float>() + begin, ::coil::DType::kF32, {width},
                         device);
-    fail(backend_.GatedNormApply(y.Columns(begin, width), sumsq.Columns(g, 1), weight,
-                                 group_size, mixer_norm_eps_, y.Columns(begin, width)));
+    fail(backend_.GatedNormApply(y.Columns(begin, width), sums.Columns(layout_.group_begin + g, 1),
+                                 weight, group_size, mixer_norm_eps_, y.Columns(begin, width)));
   }
   return absl::OkStatus();  // only a failed collective is returned; local errors go in status
 }
 
-absl::Status Mamba2Model::Forward(const StepMetadata& meta, StatePool& pool, bool all_rows,
-                                  std::vector<float>& logits) {
-  const int64_t rows = meta.num_tokens();
-  const int64_t sampled = all_rows ? rows : meta.num_samples();
-  if (rows == 0) {
-    logits.clear();
-    return absl::OkStatus();
+absl::StatusOr<const RecurrentBatch*> Mamba2Model::UploadStep(const StepMetadata& meta) {
+  PackStepMetadata(meta, packed_);
+  if (static_cast<int64_t>(packed_.words.size()) > MaxPackedWords(scratch_rows_)) {
+    return absl::InternalError(absl::StrCat("the step's metadata takes ", packed_.words.size(),
+                                            " words but the block holds ",
+                                            MaxPackedWords(scratch_rows_)));
   }
+  COIL_RETURN_IF_ERROR(
+      backend_.CopyFromHost(meta_.data(), packed_.words.data(), packed_.words.size() * 4));
+  step_batch_ = meta.batch;  // reuses the vectors' capacity
+  if (backend_.device() != Device::kCpu) {
+    const int32_t* words = static_cast<const int32_t*>(meta_.data());
+    step_batch_.device_cu_seqlens = words + packed_.cu_seqlens;
+    step_batch_.device_slots = words + packed_.slots;
+    step_batch_.device_start_positions = words + packed_.start_positions;
+    step_batch_.device_fresh = reinterpret_cast<const uint8_t*>(words + packed_.fresh);
+  }
+  return &step_batch_;
+}
+
+absl::Status Mamba2Model::Compute(int64_t rows, int64_t sampled, bool all_rows,
+                                  const RecurrentBatch& batch, StatePool& pool, bool collectives,
+                                  absl::Status& status) {
   // Every rank must make the same collective calls whatever happens locally, or the
   // others would wait forever: after a local error the remaining ops are skipped but the
   // collectives still run, and the error is returned at the end (the runner then reports
   // it in the step-status exchange). A failed collective returns at once: the job is
   // broken and MPI ends it.
-  absl::Status status = EnsureScratch(rows, sampled);
-  if (!status.ok()) return status;
   // The context string is built only when an op fails: this runs for every layer of every
   // step.
   auto run = [&status](absl::Status op_status, int64_t layer_index) {
@@ -319,8 +359,9 @@ absl::Status Mamba2Model::Forward(const StepMetadata& meta, StatePool& pool, boo
   const int64_t e = layout_.d_inner(), cc = layout_.conv_channels(), h = layout_.heads();
   const int64_t bc = layout_.bc_width();
   const float eps = static_cast<float>(config_.norm_epsilon);
+  int32_t* const words = static_cast<int32_t*>(meta_.data());
 
-  const Tensor ids(ids_.data(), ::coil::DType::kI32, {rows}, device);
+  const Tensor ids(words + packed_.token_ids, ::coil::DType::kI32, {rows}, device);
   const Tensor residual(residual_.data(), ::coil::DType::kF32, {rows, d}, device);
   const Tensor normed(normed_.data(), ::coil::DType::kF32, {rows, d}, device);
   const Tensor mixer_out(mixer_out_.data(), ::coil::DType::kF32, {rows, d}, device);
@@ -343,10 +384,9 @@ absl::Status Mamba2Model::Forward(const StepMetadata& meta, StatePool& pool, boo
     scan.first_head_in_group = layout_.first_head_in_group();
   }
 
-  run(backend_.CopyFromHost(ids_.data(), meta.token_ids.data(), static_cast<size_t>(rows) * 4),
-      kInputLayer);
   if (status.ok()) run(backend_.Embedding(ids, embedding_, layout_.vocab.begin, residual), kInputLayer);
-  COIL_RETURN_IF_ERROR(AllReduce(residual));
+  COIL_RETURN_IF_ERROR(
+      AllReduce(residual.data<float>(), static_cast<size_t>(rows * d), collectives, status));
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
     const int64_t layer_index = static_cast<int64_t>(l);
@@ -356,37 +396,188 @@ absl::Status Mamba2Model::Forward(const StepMetadata& meta, StatePool& pool, boo
     }
     if (status.ok()) run(backend_.Matmul(normed, layer.in_proj, zxbcdt), layer_index);
     if (status.ok()) {
-      run(backend_.CausalConv1d(xbc_in, layer.conv_weight, layer.conv_bias, meta.batch,
+      run(backend_.CausalConv1d(xbc_in, layer.conv_weight, layer.conv_bias, batch,
                                 pool.ConvState(static_cast<int64_t>(l)), xbc),
           layer_index);
     }
     if (status.ok()) {
-      run(backend_.SsmScan(x, dt, layer.a_log, b, c, layer.d, layer.dt_bias, scan, meta.batch,
+      run(backend_.SsmScan(x, dt, layer.a_log, b, c, layer.d, layer.dt_bias, scan, batch,
                            pool.SsmState(static_cast<int64_t>(l)), y),
           layer_index);
     }
-    COIL_RETURN_IF_ERROR(GroupNorm(layer, y, z, rows, status, layer_index));
+    COIL_RETURN_IF_ERROR(GroupNorm(layer, y, z, rows, collectives, status, layer_index));
     if (status.ok()) run(backend_.Matmul(y, layer.out_proj, mixer_out), layer_index);
-    COIL_RETURN_IF_ERROR(AllReduce(mixer_out));
+    COIL_RETURN_IF_ERROR(
+        AllReduce(mixer_out.data<float>(), static_cast<size_t>(rows * d), collectives, status));
   }
-  if (!status.ok()) return status;
-  COIL_RETURN_IF_ERROR(backend_.AddRmsNorm(mixer_out, norm_f_, eps, residual, normed));
+  if (!status.ok()) return absl::OkStatus();
+  const int64_t last = kOutputLayer;
+  run(backend_.AddRmsNorm(mixer_out, norm_f_, eps, residual, normed), last);
+  if (!status.ok() || sampled == 0) return absl::OkStatus();
 
   // lm_head on the rows that are sampled, gathered by the embedding lookup over `normed`.
   Tensor head_in = normed;
   if (!all_rows) {
-    int32_t* sample_ids = reinterpret_cast<int32_t*>(static_cast<float*>(sampled_.data()) +
-                                                     sampled * d);
-    COIL_RETURN_IF_ERROR(backend_.CopyFromHost(sample_ids, meta.sample_rows.data(),
-                                               static_cast<size_t>(sampled) * 4));
+    const Tensor sample_ids(words + packed_.sample_rows, ::coil::DType::kI32, {sampled}, device);
     head_in = Tensor(sampled_.data(), ::coil::DType::kF32, {sampled, d}, device);
-    COIL_RETURN_IF_ERROR(backend_.Embedding(Tensor(sample_ids, ::coil::DType::kI32, {sampled}, device),
-                                            normed, 0, head_in));
+    run(backend_.Embedding(sample_ids, normed, 0, head_in), last);
   }
   const Tensor out(logits_.data(), ::coil::DType::kF32, {sampled, layout_.vocab.size()}, device);
-  COIL_RETURN_IF_ERROR(backend_.Matmul(head_in, lm_head_, out));
-  logits.resize(static_cast<size_t>(out.numel()));
-  return backend_.CopyToHost(logits.data(), out.raw(), logits.size() * 4);
+  if (status.ok()) run(backend_.Matmul(head_in, lm_head_, out), last);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Mamba2Model::RunStep(const StepMetadata& meta, StatePool& pool,
+                                             bool all_rows) {
+  const int64_t rows = meta.num_tokens();
+  if (!all_rows && graphs_enabled() && IsDecodeOnly(meta)) return RunDecodeGraph(meta, pool);
+  const int64_t sampled = all_rows ? rows : meta.num_samples();
+  COIL_RETURN_IF_ERROR(EnsureScratch(rows, sampled));
+  absl::Status status = absl::OkStatus();
+  const RecurrentBatch* batch = &meta.batch;
+  auto uploaded = UploadStep(meta);
+  if (uploaded.ok()) {
+    batch = *uploaded;
+  } else {
+    status = Annotate(uploaded.status(), "the step's metadata");
+  }
+  COIL_RETURN_IF_ERROR(Compute(rows, sampled, all_rows, *batch, pool, /*collectives=*/true, status));
+  if (!status.ok()) return status;
+  return sampled;
+}
+
+absl::Status Mamba2Model::CaptureDecodeGraph(int64_t bucket, StatePool& pool) {
+  const StepMetadata scratch = ScratchDecodeBatch(bucket, static_cast<int32_t>(pool.scratch_row()));
+  COIL_ASSIGN_OR_RETURN(const RecurrentBatch* batch, UploadStep(scratch));
+  // The warm-up makes every lazy allocation (op scratch, algorithm choices) happen outside
+  // the capture; without collectives it is local, so ranks may capture at different steps.
+  absl::Status status = absl::OkStatus();
+  COIL_RETURN_IF_ERROR(Compute(bucket, bucket, false, *batch, pool, /*collectives=*/false, status));
+  COIL_RETURN_IF_ERROR(status);
+#if COIL_WITH_CUDA
+  // NCCL with more than two ranks gathers into a scratch buffer that it grows on demand:
+  // sized here for the largest all-reduce the scratch allows, so it never moves while the
+  // graphs live (a larger step grows the scratch, which drops the graphs).
+  if (auto* nccl = dynamic_cast<comm::NcclCommunicator*>(&comm_); nccl != nullptr) {
+    COIL_RETURN_IF_ERROR(nccl->ReserveAllReduce(
+        static_cast<size_t>(scratch_rows_ * std::max<int64_t>(config_.d_model, config_.ngroups))));
+  }
+#endif
+  COIL_RETURN_IF_ERROR(backend_.Synchronize());
+  COIL_RETURN_IF_ERROR(backend_.BeginCapture());
+  const absl::Status collective =
+      Compute(bucket, bucket, false, *batch, pool, /*collectives=*/true, status);
+  auto graph = backend_.EndCapture();  // always ends the capture, whatever failed inside
+  COIL_RETURN_IF_ERROR(collective);
+  COIL_RETURN_IF_ERROR(status);
+  COIL_RETURN_IF_ERROR(graph.status());
+  DecodeGraph& slot = graphs_[static_cast<size_t>(std::countr_zero(static_cast<uint64_t>(bucket)))];
+  slot.graph = std::move(graph).value();
+  slot.scratch_generation = scratch_generation_;
+  ++graph_captures_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Mamba2Model::RunDecodeGraph(const StepMetadata& meta, StatePool& pool) {
+  // Every rank pads the same way, so the collectives match whether a rank replays its
+  // graph or runs the padded batch op by op.
+  const int64_t bucket = DecodeBucket(meta.batch.num_seqs());
+  const int64_t largest = DecodeBucket(pool.state_rows());
+  COIL_RETURN_IF_ERROR(EnsureScratch(std::max(largest, bucket), std::max(largest, bucket)));
+  const void* pool_memory = pool.ConvState(0).raw();
+  if (graph_pool_ != pool_memory) {
+    graphs_.clear();
+    graph_pool_ = pool_memory;
+  }
+  const size_t index = static_cast<size_t>(std::countr_zero(static_cast<uint64_t>(bucket)));
+  if (graphs_.size() <= index) graphs_.resize(index + 1);
+  DecodeGraph& slot = graphs_[index];
+  const bool current = slot.graph != nullptr &&
+                       slot.scratch_generation == scratch_generation_ &&
+                       backend_.IsGraphCurrent(*slot.graph);
+  if (!current && !capture_failed_) {
+    slot.graph.reset();
+    const absl::Status captured = CaptureDecodeGraph(bucket, pool);
+    if (!captured.ok()) {
+      capture_failed_ = true;
+      std::fprintf(stderr, "coil: decode graphs off on this rank, steps run op by op: %s\n",
+                   captured.ToString().c_str());
+    }
+  }
+  const StepMetadata padded = PadDecodeBatch(meta, bucket, static_cast<int32_t>(pool.scratch_row()));
+  absl::Status status = absl::OkStatus();
+  const RecurrentBatch* batch = &padded.batch;
+  auto uploaded = UploadStep(padded);
+  if (uploaded.ok()) {
+    batch = *uploaded;
+  } else {
+    status = Annotate(uploaded.status(), "the step's metadata");
+  }
+  bool replayed = false;
+  if (status.ok() && slot.graph != nullptr && !capture_failed_) {
+    replayed = backend_.Replay(*slot.graph).ok();
+    if (replayed) ++graph_replays_;
+  }
+  if (!replayed) {
+    COIL_RETURN_IF_ERROR(Compute(bucket, bucket, false, *batch, pool, /*collectives=*/true, status));
+  }
+  if (!status.ok()) return status;
+  return static_cast<int64_t>(meta.num_samples());
+}
+
+absl::Status Mamba2Model::Forward(const StepMetadata& meta, StatePool& pool, bool all_rows,
+                                  std::vector<float>& logits) {
+  if (meta.num_tokens() == 0) {
+    logits.clear();
+    return absl::OkStatus();
+  }
+  COIL_ASSIGN_OR_RETURN(const int64_t sampled, RunStep(meta, pool, all_rows));
+  logits.resize(static_cast<size_t>(sampled * layout_.vocab.size()));
+  return backend_.CopyToHost(logits.data(), logits_.data(), logits.size() * 4);
+}
+
+absl::Status Mamba2Model::ForwardArgmax(const StepMetadata& meta, StatePool& pool,
+                                        std::vector<int32_t>& ids, std::vector<float>& values) {
+  ids.clear();
+  values.clear();
+  if (meta.num_tokens() == 0) return absl::OkStatus();
+  COIL_ASSIGN_OR_RETURN(const int64_t sampled, RunStep(meta, pool, /*all_rows=*/false));
+  ids.assign(static_cast<size_t>(sampled), -1);
+  values.assign(static_cast<size_t>(sampled), -std::numeric_limits<float>::infinity());
+  const int64_t width = layout_.vocab.size();
+  // Padded vocabulary ids (>= vocab_size) are never chosen: only the real columns.
+  const int64_t valid = std::clamp<int64_t>(config_.vocab_size - layout_.vocab.begin, 0, width);
+  if (sampled == 0 || valid == 0) return absl::OkStatus();
+  const Device device = backend_.device();
+  const Tensor logits(logits_.data(), ::coil::DType::kF32, {sampled, width}, device);
+  int32_t* const out_ids = static_cast<int32_t*>(argmax_.data());
+  float* const out_values = reinterpret_cast<float*>(out_ids + sampled);
+  COIL_RETURN_IF_ERROR(backend_.Argmax(logits.Columns(0, valid),
+                                       Tensor(out_ids, ::coil::DType::kI32, {sampled}, device),
+                                       Tensor(out_values, ::coil::DType::kF32, {sampled}, device)));
+  COIL_RETURN_IF_ERROR(backend_.CopyToHost(ids.data(), out_ids, static_cast<size_t>(sampled) * 4));
+  COIL_RETURN_IF_ERROR(
+      backend_.CopyToHost(values.data(), out_values, static_cast<size_t>(sampled) * 4));
+  std::vector<float> row;
+  for (int64_t r = 0; r < sampled; ++r) {
+    if (values[r] != -std::numeric_limits<float>::infinity()) {
+      ids[r] += static_cast<int32_t>(layout_.vocab.begin);
+      continue;
+    }
+    // No value above -inf: Argmax answers index 0, but the greedy rule takes the first
+    // non-NaN column (a -inf), or nothing when every column is NaN. Rare: read the row.
+    row.resize(static_cast<size_t>(valid));
+    COIL_RETURN_IF_ERROR(backend_.CopyToHost(row.data(), static_cast<const float*>(logits_.data()) + r * width,
+                                             row.size() * 4));
+    ids[r] = -1;
+    for (int64_t i = 0; i < valid; ++i) {
+      if (!std::isnan(row[i])) {
+        ids[r] = static_cast<int32_t>(layout_.vocab.begin + i);
+        break;
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace coil::model

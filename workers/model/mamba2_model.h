@@ -10,6 +10,14 @@
 // embedding and every out_proj output all-reduced, and the gated norm's per-group sums of
 // squares all-reduced when a group spans ranks. Activations are step scratch, grown to the
 // largest step seen and reused.
+//
+// Each step's metadata (token ids, the RecurrentBatch, the sample rows) is packed and
+// uploaded in one copy; the RecurrentBatch's device mirrors point into that block, so no op
+// uploads anything. On a backend with graphs (CUDA), a decode-only step of n sequences is
+// padded to its power-of-two bucket with scratch-row entries and replays the bucket's
+// graph, captured on first use on a batch of scratch-row entries only (DESIGN §4). Every
+// address a graph reads (weights, step scratch, metadata block, state pool) is fixed while
+// it is current; growing the scratch or changing the pool drops the graphs.
 #ifndef COIL_WORKERS_MODEL_MAMBA2_MODEL_H_
 #define COIL_WORKERS_MODEL_MAMBA2_MODEL_H_
 
@@ -45,6 +53,10 @@ struct LoadOptions {
   WeightType weight_type = WeightType::kAuto;
   // Called after each layer loads with (layers done, layers in all), e.g. for progress.
   std::function<void(int64_t, int64_t)> progress;
+  // Replay decode-only steps as graphs where the backend records them (CUDA) and the
+  // communicator can be captured (one rank, or device memory: NCCL). False runs every
+  // step op by op (for debugging: --cuda-graphs=false).
+  bool cuda_graphs = true;
 };
 
 class Mamba2Model {
@@ -73,6 +85,21 @@ class Mamba2Model {
   absl::Status Forward(const StepMetadata& meta, StatePool& pool, bool all_rows,
                        std::vector<float>& logits);
 
+  // Runs the step like Forward, but keeps the logits on the device and returns, per
+  // sampled row, the argmax over this rank's real-vocabulary columns (ids below
+  // config().vocab_size): the global id (lowest among equal maxima, NaN never chosen) and
+  // its value, or id -1 where this rank holds no real column or the row has no non-NaN
+  // value. What greedy sampling merges across ranks; only [rows] pairs leave the device.
+  absl::Status ForwardArgmax(const StepMetadata& meta, StatePool& pool,
+                             std::vector<int32_t>& ids, std::vector<float>& values);
+
+  // Whether decode-only steps are padded to a bucket and replayed as graphs (the backend
+  // and communicator allow it and LoadOptions::cuda_graphs is set). The same on every rank.
+  bool graphs_enabled() const;
+  void set_cuda_graphs(bool enabled) { cuda_graphs_ = enabled; }
+  int64_t graph_captures() const { return graph_captures_; }
+  int64_t graph_replays() const { return graph_replays_; }
+
  private:
   struct Layer {
     Tensor norm;         // f32 [D]
@@ -94,10 +121,32 @@ class Mamba2Model {
   absl::StatusOr<Tensor> Upload(std::vector<uint8_t> host, ::coil::DType dtype,
                                 std::initializer_list<int64_t> shape);
   absl::Status EnsureScratch(int64_t rows, int64_t sampled_rows);
-  absl::Status AllReduce(const Tensor& t);
+  // Whether the communicator can take this backend's memory directly (else AllReduce
+  // stages through the host: an MPI communicator with a GPU backend).
+  bool CommReadsBackendMemory() const;
+  // Sums `count` floats of backend memory over the ranks. Returns a failed collective; a
+  // failed staging copy is stored in `status`. Does nothing when !collectives (warm-up).
+  absl::Status AllReduce(float* data, size_t count, bool collectives, absl::Status& status);
   // Returns a failed collective; a local error is stored in `status` (see Forward).
   absl::Status GroupNorm(const Layer& layer, const Tensor& y, const Tensor& z, int64_t rows,
-                         absl::Status& status, int64_t layer_index);
+                         bool collectives, absl::Status& status, int64_t layer_index);
+  // Packs and uploads `meta` into the metadata block (one copy) and returns its batch with
+  // the device mirrors set (left null on the CPU).
+  absl::StatusOr<const RecurrentBatch*> UploadStep(const StepMetadata& meta);
+  // The forward pass from the embedding to the lm_head, on the uploaded step: `rows`
+  // tokens, logits for `sampled` rows (the packed sample rows, or every row when
+  // all_rows) into logits_. Enqueues only (no host copy, no synchronization), so that it
+  // can be captured. Returns a failed collective; local errors go in `status`.
+  absl::Status Compute(int64_t rows, int64_t sampled, bool all_rows, const RecurrentBatch& batch,
+                       StatePool& pool, bool collectives, absl::Status& status);
+  // Runs a step (eagerly, or padded and replayed as a graph) and returns how many rows of
+  // logits_ hold the sampled rows' logits, in meta's order.
+  absl::StatusOr<int64_t> RunStep(const StepMetadata& meta, StatePool& pool, bool all_rows);
+  // A decode-only step through its bucket's graph (captured here when missing or stale).
+  absl::StatusOr<int64_t> RunDecodeGraph(const StepMetadata& meta, StatePool& pool);
+  // Captures the graph of `bucket` on scratch-row entries, after an eager warm-up run
+  // without collectives. A failure leaves this rank running padded steps eagerly.
+  absl::Status CaptureDecodeGraph(int64_t bucket, StatePool& pool);
 
   ModelConfig config_;
   ShardLayout layout_;
@@ -117,8 +166,28 @@ class Mamba2Model {
   // Step scratch, sized for scratch_rows_ tokens.
   int64_t scratch_rows_ = 0;
   int64_t scratch_sampled_ = 0;
-  Buffer ids_, residual_, normed_, mixer_out_, zxbcdt_, xbc_, y_, sumsq_, group_sums_,
-      sampled_, logits_;
+  Buffer residual_, normed_, mixer_out_, zxbcdt_, xbc_, y_, sumsq_, group_sums_, sampled_,
+      logits_, argmax_;
+  Buffer meta_;  // the step's packed metadata (PackStepMetadata), token ids first
+  // Incremented whenever a scratch buffer is reallocated: graphs of older generations
+  // hold freed addresses.
+  uint64_t scratch_generation_ = 0;
+  PackedStepMetadata packed_;
+  RecurrentBatch step_batch_;      // the uploaded step's batch with its device mirrors
+  std::vector<float> host_stage_;  // AllReduce through the host (MPI with a GPU backend)
+
+  // Decode graphs by log2(bucket), valid for graph_pool_'s memory and the generations
+  // they were captured at.
+  struct DecodeGraph {
+    std::unique_ptr<Backend::Graph> graph;
+    uint64_t scratch_generation = 0;
+  };
+  bool cuda_graphs_ = true;
+  bool capture_failed_ = false;  // this rank runs padded decode steps eagerly from then on
+  const void* graph_pool_ = nullptr;
+  std::vector<DecodeGraph> graphs_;
+  int64_t graph_captures_ = 0;
+  int64_t graph_replays_ = 0;
 };
 
 }  // namespace coil::model

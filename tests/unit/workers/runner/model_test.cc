@@ -18,6 +18,7 @@
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/unit/workers/runner/reference_model.h"
+#include "tests/unit/workers/runner/runner_fixture.h"
 #include "tests/unit/workers/runner/test_models.h"
 #include "workers/comm/single_rank_communicator.h"
 #include "workers/model/checkpoint.h"
@@ -59,13 +60,7 @@ std::string WriteTiny(const std::string& name, DType matrix_dtype,
   return dir;
 }
 
-struct Loaded {
-  std::unique_ptr<model::Checkpoint> checkpoint;
-  std::unique_ptr<Backend> backend;
-  comm::SingleRankCommunicator comm;
-  std::unique_ptr<model::Mamba2Model> model;
-  std::unique_ptr<ModelRunner> runner;
-};
+using Loaded = testing_reference::LoadedModel;
 
 std::unique_ptr<Loaded> Load(const std::string& dir, bool reference, int64_t state_rows = 4,
                              model::WeightType weights = model::WeightType::kAuto) {

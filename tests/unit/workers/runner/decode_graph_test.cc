@@ -1,0 +1,281 @@
+// The host side of the GPU path, on the CPU: the one-block step metadata, decode buckets
+// and their scratch-row padding (a padded step computes the real rows bit for bit as the
+// unpadded one and touches no other state row), and greedy sampling from the device argmax
+// (the same tokens as the host sampler).
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/backend_factory.h"
+#include "tests/unit/workers/runner/runner_fixture.h"
+#include "workers/sampler.h"
+#include "workers/step_metadata.h"
+
+namespace coil {
+namespace {
+
+using testing_reference::LoadedModel;
+using testing_reference::PlanOf;
+using testing_reference::RunOf;
+using testing_reference::TokensBelow;
+
+// DESIGN's worked example: decodes of A (slot 2) and B (slot 0), a fresh 3-token chunk of C
+// (slot 1) sampled at its end, and a 2-token chunk of D (slot 3) resumed at 40, not sampled.
+StepMetadata WorkedExample() {
+  std::vector<int32_t> a = {0, 0, 0, 0, 0, 0, 11}, b = {0, 0, 12}, c = {13, 14, 15};
+  std::vector<int32_t> d(42, 16);
+  d[41] = 17;
+  ScheduledSequence run_d = RunOf(4, 3, d, 40, 2);
+  run_d.sample = false;
+  const StepPlan plan =
+      PlanOf({RunOf(1, 2, a, 6, 1), RunOf(2, 0, b, 2, 1), RunOf(3, 1, c, 0, 3), run_d}, 1);
+  auto meta = BuildStepMetadata(plan, 100, 4);
+  EXPECT_TRUE(meta.ok()) << meta.status();
+  return *meta;
+}
+
+TEST(StepMetadataPackTest, EveryArrayLandsAtItsOffsetInOneBlock) {
+  const StepMetadata meta = WorkedExample();
+  ASSERT_EQ(meta.token_ids, (std::vector<int32_t>{11, 12, 13, 14, 15, 16, 17}));
+  PackedStepMetadata packed;
+  PackStepMetadata(meta, packed);
+  auto expect_at = [&](size_t offset, const std::vector<int32_t>& values, const char* what) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      EXPECT_EQ(packed.words[offset + i], values[i]) << what << "[" << i << "]";
+    }
+  };
+  expect_at(packed.token_ids, meta.token_ids, "token_ids");
+  expect_at(packed.cu_seqlens, {0, 1, 2, 5, 7}, "cu_seqlens");
+  expect_at(packed.slots, {2, 0, 1, 3}, "slots");
+  expect_at(packed.start_positions, {6, 2, 0, 40}, "start_positions");
+  expect_at(packed.sample_rows, {0, 1, 4}, "sample_rows");
+  EXPECT_EQ(packed.token_ids, 0u);  // the ids open the block: the embedding reads them there
+  uint8_t fresh[4];
+  std::memcpy(fresh, packed.words.data() + packed.fresh, 4);
+  EXPECT_EQ(std::vector<uint8_t>(fresh, fresh + 4), (std::vector<uint8_t>{0, 0, 1, 0}));
+  EXPECT_EQ(packed.words.size(), packed.fresh + 1);
+  EXPECT_LE(static_cast<int64_t>(packed.words.size()), MaxPackedWords(meta.num_tokens()));
+
+  // Reused for a smaller step: the offsets follow the new sizes, nothing stale remains.
+  const StepMetadata small = ScratchDecodeBatch(1, 9);
+  PackStepMetadata(small, packed);
+  EXPECT_EQ(packed.words, (std::vector<int32_t>{0, 0, 1, 9, 0, 0, 0}));
+}
+
+TEST(StepMetadataPackTest, TheBoundHoldsForOneTokenPerSequenceAndAllSampled) {
+  // The most sequences and samples a step of `rows` tokens can have: one each per token.
+  for (int64_t rows : {1, 2, 3, 4, 5, 8, 31, 256}) {
+    const StepMetadata meta = ScratchDecodeBatch(rows, 0);
+    PackedStepMetadata packed;
+    PackStepMetadata(meta, packed);
+    EXPECT_EQ(static_cast<int64_t>(packed.words.size()), MaxPackedWords(rows)) << rows;
+  }
+}
+
+TEST(DecodeBucketTest, TheSmallestPowerOfTwoAtLeastTheSequences) {
+  const std::vector<std::pair<int64_t, int64_t>> cases = {
+      {1, 1}, {2, 2}, {3, 4}, {4, 4}, {5, 8}, {8, 8}, {9, 16}, {255, 256}, {256, 256}, {257, 512}};
+  for (const auto& [n, bucket] : cases) EXPECT_EQ(DecodeBucket(n), bucket) << n;
+}
+
+TEST(DecodeBucketTest, DecodeOnlyMeansOneResumedTokenPerSequence) {
+  EXPECT_FALSE(IsDecodeOnly(WorkedExample()));  // a prefill chunk
+  EXPECT_FALSE(IsDecodeOnly(StepMetadata{}));
+  const std::vector<int32_t> tokens = {1, 2, 3};
+  auto decodes =
+      BuildStepMetadata(PlanOf({RunOf(1, 0, tokens, 2, 1), RunOf(2, 1, tokens, 1, 1)}, 1), 10, 4);
+  ASSERT_TRUE(decodes.ok());
+  EXPECT_TRUE(IsDecodeOnly(*decodes));
+  // A one-token prompt is a run of one token but starts fresh: not replayed.
+  auto fresh =
+      BuildStepMetadata(PlanOf({RunOf(1, 0, tokens, 2, 1), RunOf(2, 1, tokens, 0, 1)}, 1), 10, 4);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_FALSE(IsDecodeOnly(*fresh));
+}
+
+TEST(DecodeBucketTest, PaddingAppendsScratchEntriesAfterTheRealOnes) {
+  const std::vector<int32_t> tokens = {5, 6, 7, 8};
+  std::vector<ScheduledSequence> runs = {RunOf(1, 5, tokens, 3, 1), RunOf(2, 1, tokens, 2, 1),
+                                         RunOf(3, 3, tokens, 1, 1)};
+  runs[1].sample = false;
+  auto meta = BuildStepMetadata(PlanOf(runs, 1), 10, 8);
+  ASSERT_TRUE(meta.ok());
+  const StepMetadata padded = PadDecodeBatch(*meta, 4, 8);
+  EXPECT_EQ(padded.token_ids, (std::vector<int32_t>{8, 7, 6, 0}));
+  EXPECT_EQ(padded.batch.cu_seqlens, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(padded.batch.slots, (std::vector<int32_t>{5, 1, 3, 8}));
+  EXPECT_EQ(padded.batch.fresh, (std::vector<uint8_t>{0, 0, 0, 0}));
+  EXPECT_EQ(padded.sample_rows, (std::vector<int32_t>{0, 2, 2, 3}));  // the real samples first
+  EXPECT_EQ(padded.sample_sequences, meta->sample_sequences);
+  EXPECT_TRUE(IsDecodeOnly(padded));
+  EXPECT_TRUE(ValidateRecurrentBatch(padded.batch, 4, 8).ok());
+  // The capture batch: every entry on the scratch row, which may repeat.
+  const StepMetadata scratch = ScratchDecodeBatch(8, 8);
+  EXPECT_EQ(scratch.batch.slots, std::vector<int32_t>(8, 8));
+  EXPECT_EQ(scratch.num_samples(), 8);
+  EXPECT_TRUE(ValidateRecurrentBatch(scratch.batch, 8, 8).ok());
+}
+
+std::unique_ptr<LoadedModel> LoadTiny(const std::string& name, int64_t state_rows) {
+  auto dir = testing_reference::WriteShape(name, "tiny", model::DType::kF32, {});
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  BackendOptions options;
+  options.threads = 2;
+  auto loaded = testing_reference::LoadOn(*dir, *CreateBackend(BackendKind::kCpu, options),
+                                          state_rows, model::WeightType::kAuto);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return std::move(loaded).value();
+}
+
+// Three sequences prefilled on slots 0, 2 and 4 and one more on 5 that sits the decode out;
+// then the three decode once, unpadded on one model and padded to 4 on the other.
+TEST(DecodePaddingTest, PaddedDecodeKeepsTheRealRowsAndEveryOtherStateRow) {
+  constexpr int64_t kRows = 6;
+  std::unique_ptr<LoadedModel> plain = LoadTiny("pad_plain", kRows);
+  std::unique_ptr<LoadedModel> padded = LoadTiny("pad_padded", kRows);
+  const int32_t slots[] = {0, 2, 4, 5};
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<ScheduledSequence> prefill;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(TokensBelow(250, 5 + 3 * i, 40 + i));
+    prefill.push_back(
+        RunOf(i, slots[i], prompts[i], 0, static_cast<int32_t>(prompts[i].size()) - 1));
+  }
+  for (LoadedModel* m : {plain.get(), padded.get()}) {
+    const StepResult result = m->runner->Execute(PlanOf(prefill, 1));
+    ASSERT_TRUE(result.ok) << result.error;
+  }
+  std::vector<ScheduledSequence> decodes;
+  for (int i = 0; i < 3; ++i) {
+    const int32_t n = static_cast<int32_t>(prompts[i].size());
+    decodes.push_back(RunOf(i, slots[i], prompts[i], n - 1, 1));
+  }
+  auto meta = BuildStepMetadata(PlanOf(decodes, 2), 256, kRows);
+  ASSERT_TRUE(meta.ok());
+  ASSERT_TRUE(IsDecodeOnly(*meta));
+  auto& plain_pool = const_cast<StatePool&>(plain->runner->state_pool());
+  auto& padded_pool = const_cast<StatePool&>(padded->runner->state_pool());
+  std::vector<float> plain_logits, padded_logits;
+  ASSERT_TRUE(plain->model->Forward(*meta, plain_pool, false, plain_logits).ok());
+  const StepMetadata padded_meta =
+      PadDecodeBatch(*meta, DecodeBucket(3), static_cast<int32_t>(kRows));
+  ASSERT_TRUE(padded->model->Forward(padded_meta, padded_pool, false, padded_logits).ok());
+  ASSERT_EQ(padded_logits.size(), plain_logits.size() / 3 * 4);
+  for (size_t i = 0; i < plain_logits.size(); ++i) {
+    ASSERT_EQ(padded_logits[i], plain_logits[i]) << "element " << i;
+  }
+  auto plain_state = testing_reference::SnapshotState(*plain->backend, plain_pool);
+  auto padded_state = testing_reference::SnapshotState(*padded->backend, padded_pool);
+  ASSERT_TRUE(plain_state.ok() && padded_state.ok());
+  // Every row but the scratch row (which the padding may write and nobody reads).
+  for (int64_t row = 0; row < kRows; ++row) {
+    EXPECT_EQ(testing_reference::StateRow(plain_pool, *plain_state, row),
+              testing_reference::StateRow(padded_pool, *padded_state, row))
+        << "state row " << row;
+  }
+}
+
+// Greedy steps take the device argmax path; the host sampler over the same step's logits
+// must choose the same tokens (the real vocabulary only, lowest id among equals).
+TEST(GreedyDevicePathTest, SameTokensAsTheHostSampler) {
+  std::unique_ptr<LoadedModel> device = LoadTiny("greedy_device", 8);
+  std::unique_ptr<LoadedModel> host = LoadTiny("greedy_host", 8);
+  const int32_t vocab = static_cast<int32_t>(device->model->config().vocab_size);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<ScheduledSequence> runs;
+  for (int i = 0; i < 5; ++i) {
+    prompts.push_back(TokensBelow(vocab, 3 + 4 * i, 70 + i));
+    runs.push_back(RunOf(i, i, prompts[i], 0, static_cast<int32_t>(prompts[i].size())));
+  }
+  for (int step = 0; step < 4; ++step) {
+    const StepPlan plan = PlanOf(runs, static_cast<uint64_t>(step + 1));
+    const StepResult result = device->runner->Execute(plan);
+    ASSERT_TRUE(result.ok) << result.error;
+    auto meta = BuildStepMetadata(plan, device->model->config().padded_vocab_size(), 8);
+    ASSERT_TRUE(meta.ok());
+    std::vector<float> logits;
+    auto& pool = const_cast<StatePool&>(host->runner->state_pool());
+    ASSERT_TRUE(host->model->Forward(*meta, pool, false, logits).ok());
+    std::vector<const ScheduledSequence*> rows;
+    for (int32_t s : meta->sample_sequences) rows.push_back(&plan.sequences[s]);
+    ASSERT_TRUE(Sampler::AllGreedy(rows));
+    Sampler sampler(host->comm, host->model->layout().vocab, vocab);
+    auto expected = sampler.Sample(rows, logits.data());
+    ASSERT_TRUE(expected.ok());
+    ASSERT_EQ(result.tokens.size(), expected->size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      EXPECT_EQ(result.tokens[r].token_id, (*expected)[r].token_id)
+          << "step " << step << " row " << r;
+      EXPECT_EQ(result.tokens[r].request_id, (*expected)[r].request_id);
+      EXPECT_LT(result.tokens[r].token_id, vocab);
+    }
+    // Next: every sequence decodes the token it was given.
+    runs.clear();
+    for (size_t r = 0; r < rows.size(); ++r) {
+      prompts[rows[r]->request_id].push_back(result.tokens[r].token_id);
+      const auto id = rows[r]->request_id;
+      const int32_t n = static_cast<int32_t>(prompts[id].size());
+      runs.push_back(RunOf(id, static_cast<int32_t>(id), prompts[id], n - 1, 1));
+    }
+  }
+}
+
+TEST(GreedyDevicePathTest, OnlyStepsWhoseRowsAreAllPlainGreedyQualify) {
+  ScheduledSequence greedy, random, penalised, logprobs;
+  random.sampling.temperature = 0.7f;
+  penalised.sampling.repetition_penalty = 1.2f;
+  logprobs.sampling.top_logprobs = 2;
+  const ScheduledSequence* all_greedy[] = {&greedy, &greedy};
+  EXPECT_TRUE(Sampler::AllGreedy(all_greedy));
+  for (const ScheduledSequence* other : {&random, &penalised, &logprobs}) {
+    const ScheduledSequence* rows[] = {&greedy, other};
+    EXPECT_FALSE(Sampler::AllGreedy(rows));
+  }
+}
+
+// SampleGreedy against Sample on hand-made logits: ties, a padded id holding the largest
+// value, negative values. The per-rank argmax comes from the CPU backend's Argmax over the
+// real columns, as Mamba2Model::ForwardArgmax takes it.
+TEST(GreedyDevicePathTest, SampleGreedyAgreesWithSampleOnTiesAndPaddedIds) {
+  constexpr int32_t kVocab = 13, kPadded = 16, kRows = 3;
+  std::vector<float> logits(kRows * kPadded, 0.0f);
+  for (int32_t i = 0; i < kPadded; ++i) {
+    logits[i] = static_cast<float>(i % 5);  // ties at 4, 9: the lowest wins
+    logits[kPadded + i] = i >= kVocab ? 100.0f : static_cast<float>(-i);  // padded ids largest
+    logits[2 * kPadded + i] = static_cast<float>((i * 7) % 11) - 20.0f;
+  }
+  auto backend = CreateBackend(BackendKind::kCpu, {});
+  ASSERT_TRUE(backend.ok());
+  std::vector<int32_t> ids(kRows);
+  std::vector<float> values(kRows);
+  const Tensor all(logits.data(), DType::kF32, {kRows, kPadded}, Device::kCpu);
+  ASSERT_TRUE((*backend)
+                  ->Argmax(all.Columns(0, kVocab),
+                           Tensor(ids.data(), DType::kI32, {kRows}, Device::kCpu),
+                           Tensor(values.data(), DType::kF32, {kRows}, Device::kCpu))
+                  .ok());
+  comm::SingleRankCommunicator comm;
+  Sampler sampler(comm, VocabRange{0, kPadded}, kVocab);
+  std::vector<ScheduledSequence> seqs(kRows);
+  std::vector<const ScheduledSequence*> rows;
+  for (int r = 0; r < kRows; ++r) {
+    seqs[r].request_id = 10 + r;
+    rows.push_back(&seqs[r]);
+  }
+  auto greedy = sampler.SampleGreedy(rows, ids, values);
+  auto expected = sampler.Sample(rows, logits.data());
+  ASSERT_TRUE(greedy.ok() && expected.ok());
+  for (int r = 0; r < kRows; ++r) {
+    EXPECT_EQ((*greedy)[r].token_id, (*expected)[r].token_id) << "row " << r;
+    EXPECT_EQ((*greedy)[r].request_id, (*expected)[r].request_id);
+  }
+  EXPECT_EQ((*greedy)[0].token_id, 4);
+  EXPECT_EQ((*greedy)[1].token_id, 0);
+}
+
+}  // namespace
+}  // namespace coil

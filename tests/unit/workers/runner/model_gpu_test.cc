@@ -1,0 +1,239 @@
+// The whole model on a GPU at the 130m widths (4 of its 24 layers, to keep the CPU side
+// short): logits against the CPU backend, greedy tokens of a prompt split over three steps
+// against the prompt in one step, and decode graphs against eager decodes of the same
+// padded batch (exactly) and of the unpadded batch (within bf16 tolerance), with the
+// scratch-row padding leaving every other state row alone. Skips where no GPU is visible.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/backend_factory.h"
+#include "tests/unit/workers/runner/runner_fixture.h"
+#include "workers/step_metadata.h"
+#if COIL_WITH_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+namespace coil {
+namespace {
+
+using testing_reference::LoadedModel;
+using testing_reference::PlanOf;
+using testing_reference::RunOf;
+using testing_reference::TokensBelow;
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeGpuBackend() {
+#if COIL_WITH_CUDA
+  auto backend = cuda::CudaBackend::Create(0);
+  if (!backend.ok()) return backend.status();
+  return std::unique_ptr<Backend>(std::move(backend).value());
+#else
+  return absl::UnavailableError("this build has no CUDA backend (configured without nvcc)");
+#endif
+}
+
+// Skips the test where no GPU can be used; any other failure to create one fails it.
+#define COIL_GPU_OR_SKIP(var)                             \
+  auto var = MakeGpuBackend();                            \
+  if (!var.ok() && absl::IsUnavailable(var.status())) {   \
+    GTEST_SKIP() << "no GPU: " << var.status().message(); \
+  }                                                       \
+  ASSERT_TRUE(var.ok()) << var.status()
+
+std::string Write130m(const std::string& name, model::DType dtype) {
+  auto dir = testing_reference::WriteShape(name, "130m", dtype, {{"n_layer", "4"}});
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  return dir.ok() ? *dir : std::string();
+}
+
+std::unique_ptr<LoadedModel> Load(const std::string& dir, std::unique_ptr<Backend> backend,
+                                  int64_t state_rows) {
+  auto loaded =
+      testing_reference::LoadOn(dir, std::move(backend), state_rows, model::WeightType::kAuto);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return loaded.ok() ? std::move(loaded).value() : nullptr;
+}
+
+std::unique_ptr<LoadedModel> LoadCpu(const std::string& dir, int64_t state_rows) {
+  BackendOptions options;
+  options.threads = 2;
+  return Load(dir, *CreateBackend(BackendKind::kCpu, options), state_rows);
+}
+
+// The worst over rows of max |a - b| / max |b|, rows of `width` values.
+double WorstRowError(const std::vector<float>& a, const std::vector<float>& b, size_t width) {
+  double worst = 0.0;
+  for (size_t row = 0; row * width < b.size(); ++row) {
+    double diff = 0.0, scale = 0.0;
+    for (size_t i = row * width; i < (row + 1) * width; ++i) {
+      diff = std::max(diff, std::abs(double{a[i]} - double{b[i]}));
+      scale = std::max(scale, std::abs(double{b[i]}));
+    }
+    worst = std::max(worst, diff / std::max(scale, 1e-30));
+  }
+  return worst;
+}
+
+// A prefill step mixing a long prompt (chunks of 256 and a partial one), a short one and a
+// one-token one, then a step of their decodes: GPU logits against CPU logits.
+void ExpectGpuMatchesCpu(model::DType dtype, double tolerance) {
+  COIL_GPU_OR_SKIP(gpu_backend);
+  const std::string dir = Write130m(dtype == model::DType::kF32 ? "gpu_f32" : "gpu_bf16", dtype);
+  std::unique_ptr<LoadedModel> gpu = Load(dir, std::move(gpu_backend).value(), 4);
+  std::unique_ptr<LoadedModel> cpu = LoadCpu(dir, 4);
+  ASSERT_TRUE(gpu && cpu);
+  const int32_t vocab = static_cast<int32_t>(cpu->model->config().vocab_size);
+  const std::vector<std::vector<int32_t>> prompts = {
+      TokensBelow(vocab, 301, 1), TokensBelow(vocab, 7, 2), TokensBelow(vocab, 2, 3)};
+  std::vector<ScheduledSequence> prefill;
+  for (int i = 0; i < 3; ++i) {
+    prefill.push_back(RunOf(i, i + 1, prompts[i], 0, static_cast<int32_t>(prompts[i].size()) - 1));
+  }
+  const size_t width = static_cast<size_t>(cpu->model->config().padded_vocab_size());
+  auto gpu_first = gpu->runner->ExecuteAllLogits(PlanOf(prefill, 1));
+  auto cpu_first = cpu->runner->ExecuteAllLogits(PlanOf(prefill, 1));
+  ASSERT_TRUE(gpu_first.ok()) << gpu_first.status();
+  ASSERT_TRUE(cpu_first.ok()) << cpu_first.status();
+  EXPECT_LT(WorstRowError(*gpu_first, *cpu_first, width), tolerance) << "prefill";
+  std::vector<ScheduledSequence> decodes;
+  for (int i = 0; i < 3; ++i) {
+    const int32_t n = static_cast<int32_t>(prompts[i].size());
+    decodes.push_back(RunOf(i, i + 1, prompts[i], n - 1, 1));
+  }
+  auto gpu_second = gpu->runner->ExecuteAllLogits(PlanOf(decodes, 2));
+  auto cpu_second = cpu->runner->ExecuteAllLogits(PlanOf(decodes, 2));
+  ASSERT_TRUE(gpu_second.ok()) << gpu_second.status();
+  ASSERT_TRUE(cpu_second.ok()) << cpu_second.status();
+  EXPECT_LT(WorstRowError(*gpu_second, *cpu_second, width), tolerance) << "decode";
+}
+
+TEST(Mamba2GpuTest, Bf16LogitsMatchTheCpuWithinBf16Tolerance) {
+  ExpectGpuMatchesCpu(model::DType::kBF16, 2e-2);
+}
+
+TEST(Mamba2GpuTest, F32LogitsMatchTheCpuWithinATighterBound) {
+  ExpectGpuMatchesCpu(model::DType::kF32, 1e-3);
+}
+
+// Greedy tokens: a 600-token prompt in one step, and in steps of 256, 256 and 88 (chunk
+// multiples) on another slot, then 6 greedy decodes each; the tokens must agree.
+TEST(Mamba2GpuTest, GreedyTokensOfAPromptSplitOverThreeStepsEqualOneStep) {
+  COIL_GPU_OR_SKIP(gpu_backend);
+  const std::string dir = Write130m("gpu_split", model::DType::kBF16);
+  std::unique_ptr<LoadedModel> gpu = Load(dir, std::move(gpu_backend).value(), 4);
+  ASSERT_TRUE(gpu);
+  const std::vector<int32_t> prompt =
+      TokensBelow(static_cast<int32_t>(gpu->model->config().vocab_size), 600, 9);
+  uint64_t step = 0;
+  auto generate = [&](int32_t slot, const std::vector<int32_t>& pieces) {
+    std::vector<int32_t> tokens = prompt;
+    std::vector<int32_t> out;
+    int32_t begin = 0;
+    for (int32_t count : pieces) {
+      ScheduledSequence run = RunOf(slot, slot, tokens, begin, count);
+      run.sample = begin + count == static_cast<int32_t>(tokens.size());
+      const StepResult result = gpu->runner->Execute(PlanOf({run}, ++step));
+      EXPECT_TRUE(result.ok) << result.error;
+      begin += count;
+      if (run.sample && result.ok) out.push_back(result.tokens.at(0).token_id);
+    }
+    for (int i = 0; i < 6 && !out.empty(); ++i) {
+      tokens.push_back(out.back());
+      const int32_t n = static_cast<int32_t>(tokens.size());
+      const StepResult result =
+          gpu->runner->Execute(PlanOf({RunOf(slot, slot, tokens, n - 1, 1)}, ++step));
+      EXPECT_TRUE(result.ok) << result.error;
+      if (!result.ok) break;
+      out.push_back(result.tokens.at(0).token_id);
+    }
+    return out;
+  };
+  const std::vector<int32_t> whole = generate(0, {600});
+  const std::vector<int32_t> split = generate(1, {256, 256, 88});
+  EXPECT_EQ(whole.size(), 7u);
+  EXPECT_EQ(split, whole);
+}
+
+// n sequences decode once through the bucket's graph; the same step op by op on the padded
+// batch must give the same logits and states bit for bit, and op by op unpadded the same
+// logits within bf16 tolerance. Rows outside the batch (and a prefilled sequence sitting
+// the step out) keep their state.
+void ExpectGraphDecodeMatchesEager(int n) {
+  COIL_GPU_OR_SKIP(gpu_backend);
+  constexpr int64_t kRows = 8;
+  const std::string dir = Write130m("gpu_graph_" + std::to_string(n), model::DType::kBF16);
+  std::unique_ptr<LoadedModel> gpu = Load(dir, std::move(gpu_backend).value(), kRows);
+  ASSERT_TRUE(gpu);
+  ASSERT_TRUE(gpu->model->graphs_enabled());
+  const int32_t vocab = static_cast<int32_t>(gpu->model->config().vocab_size);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<ScheduledSequence> prefill, decodes;
+  for (int i = 0; i <= n; ++i) {  // sequence n is prefilled but does not decode
+    prompts.push_back(TokensBelow(vocab, 20 + 9 * i, 100 + i));
+    const int32_t length = static_cast<int32_t>(prompts[i].size());
+    prefill.push_back(RunOf(i, i, prompts[i], 0, length - 1));
+    if (i < n) decodes.push_back(RunOf(i, i, prompts[i], length - 1, 1));
+  }
+  const StepResult prefilled = gpu->runner->Execute(PlanOf(prefill, 1));
+  ASSERT_TRUE(prefilled.ok) << prefilled.error;
+  auto meta =
+      BuildStepMetadata(PlanOf(decodes, 2), gpu->model->config().padded_vocab_size(), kRows);
+  ASSERT_TRUE(meta.ok());
+  auto& pool = const_cast<StatePool&>(gpu->runner->state_pool());
+  auto before = testing_reference::SnapshotState(*gpu->backend, pool);
+  ASSERT_TRUE(before.ok());
+
+  std::vector<float> graph_logits, again, padded_logits, eager_logits;
+  ASSERT_TRUE(gpu->model->Forward(*meta, pool, false, graph_logits).ok());
+  EXPECT_EQ(gpu->model->graph_captures(), 1);
+  EXPECT_EQ(gpu->model->graph_replays(), 1);
+  auto after_graph = testing_reference::SnapshotState(*gpu->backend, pool);
+  ASSERT_TRUE(after_graph.ok());
+
+  ASSERT_TRUE(testing_reference::RestoreState(*gpu->backend, pool, *before).ok());
+  ASSERT_TRUE(gpu->model->Forward(*meta, pool, false, again).ok());
+  EXPECT_EQ(gpu->model->graph_captures(), 1) << "the second replay must not capture again";
+  EXPECT_EQ(again, graph_logits) << "two replays of the same step differ";
+
+  gpu->model->set_cuda_graphs(false);
+  ASSERT_TRUE(testing_reference::RestoreState(*gpu->backend, pool, *before).ok());
+  const StepMetadata padded = PadDecodeBatch(*meta, DecodeBucket(n), static_cast<int32_t>(kRows));
+  ASSERT_TRUE(gpu->model->Forward(padded, pool, false, padded_logits).ok());
+  auto after_padded = testing_reference::SnapshotState(*gpu->backend, pool);
+  ASSERT_TRUE(after_padded.ok());
+  ASSERT_GE(padded_logits.size(), graph_logits.size());
+  padded_logits.resize(graph_logits.size());  // the real rows come first
+  EXPECT_EQ(padded_logits, graph_logits) << "graph and eager decode of the same padded batch";
+  // Not the scratch row: several padding entries write it at once, in any order.
+  for (int64_t row = 0; row < kRows; ++row) {
+    EXPECT_EQ(testing_reference::StateRow(pool, *after_graph, row),
+              testing_reference::StateRow(pool, *after_padded, row))
+        << "state row " << row;
+  }
+  for (int64_t row = n; row < kRows; ++row) {
+    EXPECT_EQ(testing_reference::StateRow(pool, *after_graph, row),
+              testing_reference::StateRow(pool, *before, row))
+        << "state row " << row << " is not in the batch and must keep its state";
+  }
+
+  ASSERT_TRUE(testing_reference::RestoreState(*gpu->backend, pool, *before).ok());
+  ASSERT_TRUE(gpu->model->Forward(*meta, pool, false, eager_logits).ok());
+  ASSERT_EQ(eager_logits.size(), graph_logits.size());
+  EXPECT_LT(WorstRowError(graph_logits, eager_logits,
+                          static_cast<size_t>(gpu->model->layout().vocab.size())),
+            2e-2);
+}
+
+TEST(Mamba2GpuTest, GraphDecodeOfOneSequenceEqualsEagerDecode) { ExpectGraphDecodeMatchesEager(1); }
+TEST(Mamba2GpuTest, GraphDecodeOfThreeSequencesEqualsEagerDecode) {
+  ExpectGraphDecodeMatchesEager(3);
+}
+TEST(Mamba2GpuTest, GraphDecodeOfFiveSequencesEqualsEagerDecode) {
+  ExpectGraphDecodeMatchesEager(5);
+}
+
+}  // namespace
+}  // namespace coil

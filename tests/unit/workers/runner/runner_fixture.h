@@ -1,0 +1,167 @@
+// Test fixture pieces shared by the runner tests that load a whole model: a random model
+// written to a temporary directory, loaded on a backend with a single-rank communicator,
+// and step plans built from token lists.
+#ifndef COIL_TESTS_UNIT_WORKERS_RUNNER_RUNNER_FIXTURE_H_
+#define COIL_TESTS_UNIT_WORKERS_RUNNER_RUNNER_FIXTURE_H_
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "tests/unit/workers/runner/test_models.h"
+#include "workers/comm/single_rank_communicator.h"
+#include "workers/model/checkpoint.h"
+#include "workers/model/mamba2_model.h"
+#include "workers/model/model_config.h"
+#include "workers/model/model_writer.h"
+#include "workers/model_runner.h"
+
+namespace coil::testing_reference {
+
+// Writes the named shape ("tiny", "130m") with `sets` applied and amplified random weights
+// (test_models.h); returns the directory.
+inline absl::StatusOr<std::string> WriteShape(
+    const std::string& name, const std::string& shape, model::DType matrix_dtype,
+    const std::vector<std::pair<std::string, std::string>>& sets) {
+  absl::StatusOr<model::ModelConfig> config = model::NamedModelShape(shape);
+  if (!config.ok()) return config.status();
+  for (const auto& [key, value] : sets) {
+    const absl::Status set = model::SetModelConfigField(*config, key, value);
+    if (!set.ok()) return set;
+  }
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    absl::StrCat("coil_runner_fixture_", ::getpid(), "_", name);
+  std::filesystem::create_directories(dir);
+  std::vector<model::TensorData> tensors =
+      model::RandomModelTensors(*config, matrix_dtype, model::DType::kF32, 7);
+  Amplify(tensors);
+  const absl::Status written = model::WriteModelDirectory(*config, tensors, {}, dir.string());
+  if (!written.ok()) return written;
+  return dir.string();
+}
+
+// A model on `backend` (owned here) with one rank and a runner over `state_rows` rows.
+struct LoadedModel {
+  std::unique_ptr<model::Checkpoint> checkpoint;
+  std::unique_ptr<Backend> backend;
+  comm::SingleRankCommunicator comm;
+  std::unique_ptr<model::Mamba2Model> model;
+  std::unique_ptr<ModelRunner> runner;
+};
+
+inline absl::StatusOr<std::unique_ptr<LoadedModel>> LoadOn(const std::string& dir,
+                                                           std::unique_ptr<Backend> backend,
+                                                           int64_t state_rows,
+                                                           model::WeightType weights) {
+  auto loaded = std::make_unique<LoadedModel>();
+  loaded->backend = std::move(backend);
+  auto checkpoint = model::OpenCheckpoint(dir);
+  if (!checkpoint.ok()) return checkpoint.status();
+  loaded->checkpoint = std::move(checkpoint).value();
+  model::LoadOptions options;
+  options.weight_type = weights;
+  auto model =
+      model::Mamba2Model::Load(*loaded->checkpoint, *loaded->backend, loaded->comm, options);
+  if (!model.ok()) return model.status();
+  loaded->model = std::move(model).value();
+  auto runner = ModelRunner::Create(*loaded->model, *loaded->backend, loaded->comm, state_rows);
+  if (!runner.ok()) return runner.status();
+  loaded->runner = std::move(runner).value();
+  return loaded;
+}
+
+// The run tokens[begin, begin + count) of request `id` on `slot`, sampled greedily at its
+// end; fresh when it starts the sequence.
+inline ScheduledSequence RunOf(uint64_t id, int32_t slot, const std::vector<int32_t>& tokens,
+                               int32_t begin, int32_t count) {
+  ScheduledSequence run;
+  run.request_id = id;
+  run.state_slot = slot;
+  run.fresh = begin == 0;
+  run.start_position = begin;
+  run.token_ids.assign(tokens.begin() + begin, tokens.begin() + begin + count);
+  run.sample = true;
+  return run;
+}
+
+// A plan of `runs`, the decodes (one token, resumed) moved first as the scheduler does.
+inline StepPlan PlanOf(std::vector<ScheduledSequence> runs, uint64_t step_id) {
+  StepPlan plan;
+  plan.step_id = step_id;
+  std::stable_partition(runs.begin(), runs.end(), [](const ScheduledSequence& run) {
+    return !run.fresh && run.token_ids.size() == 1;
+  });
+  for (const ScheduledSequence& run : runs) {
+    if (!run.fresh && run.token_ids.size() == 1) ++plan.num_decodes;
+  }
+  plan.sequences = std::move(runs);
+  return plan;
+}
+
+inline std::vector<int32_t> TokensBelow(int32_t vocab, int count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
+  std::vector<int32_t> tokens(static_cast<size_t>(count));
+  for (int32_t& token : tokens) token = id(rng);
+  return tokens;
+}
+
+// Every layer's conv and SSM state, all rows (scratch included), copied to the host.
+inline absl::StatusOr<std::vector<float>> SnapshotState(Backend& backend, const StatePool& pool) {
+  std::vector<float> all;
+  for (int64_t l = 0; l < pool.shape().layers; ++l) {
+    for (const Tensor& t : {pool.ConvState(l), pool.SsmState(l)}) {
+      const size_t offset = all.size();
+      all.resize(offset + static_cast<size_t>(t.numel()));
+      const absl::Status copied =
+          backend.CopyToHost(all.data() + offset, t.raw(), static_cast<size_t>(t.numel()) * 4);
+      if (!copied.ok()) return copied;
+    }
+  }
+  return all;
+}
+
+// Writes a snapshot back (the inverse of SnapshotState).
+inline absl::Status RestoreState(Backend& backend, const StatePool& pool,
+                                 const std::vector<float>& all) {
+  size_t offset = 0;
+  for (int64_t l = 0; l < pool.shape().layers; ++l) {
+    for (const Tensor& t : {pool.ConvState(l), pool.SsmState(l)}) {
+      const absl::Status copied =
+          backend.CopyFromHost(t.raw(), all.data() + offset, static_cast<size_t>(t.numel()) * 4);
+      if (!copied.ok()) return copied;
+      offset += static_cast<size_t>(t.numel());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The floats of one state row `row` of every layer within a snapshot.
+inline std::vector<float> StateRow(const StatePool& pool, const std::vector<float>& all,
+                                   int64_t row) {
+  std::vector<float> out;
+  size_t offset = 0;
+  for (int64_t l = 0; l < pool.shape().layers; ++l) {
+    for (const int64_t per_row :
+         {pool.shape().conv_floats_per_row(), pool.shape().ssm_floats_per_row()}) {
+      const auto begin = all.begin() + static_cast<std::ptrdiff_t>(offset + row * per_row);
+      out.insert(out.end(), begin, begin + per_row);
+      offset += static_cast<size_t>((pool.state_rows() + 1) * per_row);
+    }
+  }
+  return out;
+}
+
+}  // namespace coil::testing_reference
+
+#endif  // COIL_TESTS_UNIT_WORKERS_RUNNER_RUNNER_FIXTURE_H_
