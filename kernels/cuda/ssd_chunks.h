@@ -71,6 +71,16 @@ COIL_HOST_DEVICE inline SsdSequenceTotals SsdTotalsOf(int64_t position, int64_t 
   return t;
 }
 
+// The chunk scan computes C B^T in 64x64 tiles of its lower triangle: tile pair `pair` of a
+// chunk is (t_tile, s_tile) with s_tile <= t_tile, numbered row by row: (0,0), (1,0), (1,1),
+// (2,0), ... A chunk of T tiles per side has T (T + 1) / 2 pairs.
+COIL_HOST_DEVICE inline void SsdTrianglePair(int32_t pair, int32_t* t_tile, int32_t* s_tile) {
+  int32_t t = 0;
+  while ((t + 1) * (t + 2) / 2 <= pair) ++t;
+  *t_tile = t;
+  *s_tile = pair - t * (t + 1) / 2;
+}
+
 // The whole list, built on the host (the launcher uses the totals; tests use the list).
 struct SsdChunkPlan {
   std::vector<SsdChunk> chunks;

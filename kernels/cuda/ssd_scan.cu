@@ -172,22 +172,13 @@ __device__ void TileProduct(int32_t k_count, LoadA load_a, LoadB load_b, GemmSha
 
 // ---------------------------------------------------------------- phase 2: C B^T, states
 
-// The lower-triangle tile pair `pair` of a chunk: (t_tile, s_tile) with s_tile <= t_tile,
-// numbered row by row: (0,0), (1,0), (1,1), (2,0), ...
-__device__ inline void TrianglePair(int32_t pair, int32_t* t_tile, int32_t* s_tile) {
-  int32_t t = 0;
-  while ((t + 1) * (t + 2) / 2 <= pair) ++t;
-  *t_tile = t;
-  *s_tile = pair - t * (t + 1) / 2;
-}
-
 // grid (chunks * pairs_per_chunk, groups): cb[t, s] = C_t . B_s over d_state.
 __global__ void __launch_bounds__(kGemmThreads)
     ChunkCbKernel(SsmScanParams p, const SsdChunk* chunks, int32_t pairs_per_chunk, float* cb) {
   __shared__ GemmShared sm;
   const SsdChunk chunk = chunks[blockIdx.x / pairs_per_chunk];
   int32_t t_tile, s_tile;
-  TrianglePair(static_cast<int32_t>(blockIdx.x % pairs_per_chunk), &t_tile, &s_tile);
+  SsdTrianglePair(static_cast<int32_t>(blockIdx.x % pairs_per_chunk), &t_tile, &s_tile);
   const int32_t len = chunk.length;
   if (t_tile * kTile >= len) return;  // the chunk is shorter than the longest one
   const int32_t group = blockIdx.y, N = p.d_state;

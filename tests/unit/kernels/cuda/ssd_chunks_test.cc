@@ -139,5 +139,22 @@ TEST(SsdChunksTest, SplitAtChunkMultiplesGivesTheSamePieces) {
   EXPECT_EQ(pieces_whole.size(), 3u);
 }
 
+TEST(SsdChunksTest, TrianglePairsCoverTheLowerTriangleOnce) {
+  for (int32_t tiles = 1; tiles <= 40; ++tiles) {
+    std::vector<int> seen(tiles * tiles, 0);
+    for (int32_t pair = 0; pair < tiles * (tiles + 1) / 2; ++pair) {
+      int32_t t = -1, s = -1;
+      SsdTrianglePair(pair, &t, &s);
+      ASSERT_GE(s, 0);
+      ASSERT_LE(s, t);
+      ASSERT_LT(t, tiles) << "pair " << pair;
+      ++seen[t * tiles + s];
+    }
+    for (int32_t t = 0; t < tiles; ++t) {
+      for (int32_t s = 0; s <= t; ++s) EXPECT_EQ(seen[t * tiles + s], 1) << t << "," << s;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace coil::cuda
