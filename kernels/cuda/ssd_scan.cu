@@ -95,29 +95,28 @@ __global__ void __launch_bounds__(kBuildThreads)
 
 // ---------------------------------------------------------------- phase 1: dt' and cumsum
 
-// Block per chunk; warp per head. dtv and cum are [heads][rows] (indexed by packed row).
+// Block per chunk; warp per head: dt' and the inclusive sum of A dt' (in double, as the CPU)
+// over the chunk, 32 rows at a time with a carry.
 __global__ void __launch_bounds__(kCumsumWarps * 32)
-    ChunkCumsumKernel(SsmScanParams p, const SsdChunk* chunks, float* dtv, double* cum) {
-  const SsdChunk chunk = chunks[blockIdx.x];
+    ChunkCumsumKernel(SsmScanParams p, SsdScratch w) {
+  const SsdChunk chunk = w.chunks[blockIdx.x];
   const int lane = threadIdx.x & 31;
   for (int32_t head = threadIdx.x >> 5; head < p.heads; head += kCumsumWarps) {
-    const float bias = p.dt_bias[head];
-    const float a = -expf(p.a_log[head]);
-    const int64_t base = static_cast<int64_t>(head) * p.rows;
+    const float a = SsmA(p, head);
+    const int64_t base = SsdRowIndex(p, head, chunk.row0);
     double carry = 0.0;
     for (int32_t t0 = 0; t0 < chunk.length; t0 += 32) {
       const int32_t t = t0 + lane;
-      const int64_t row = static_cast<int64_t>(chunk.row0) + t;
       float value = 0.0f;
       double step = 0.0;
       if (t < chunk.length) {
-        value = SoftplusDt(p.dt[row * p.dt_stride + head], bias, p.dt_min, p.dt_max);
+        value = SsmDt(p, static_cast<int64_t>(chunk.row0) + t, head);
         step = static_cast<double>(a * value);
       }
       const double sum = WarpInclusiveSum<double>(step) + carry;
       if (t < chunk.length) {
-        dtv[base + row] = value;
-        cum[base + row] = sum;
+        w.dtv[base + t] = value;
+        w.cum[base + t] = sum;
       }
       carry = __shfl_sync(0xffffffffu, sum, 31);
     }
@@ -174,30 +173,24 @@ __device__ void TileProduct(int32_t k_count, LoadA load_a, LoadB load_b, GemmSha
 
 // grid (chunks * pairs_per_chunk, groups): cb[t, s] = C_t . B_s over d_state.
 __global__ void __launch_bounds__(kGemmThreads)
-    ChunkCbKernel(SsmScanParams p, const SsdChunk* chunks, int32_t pairs_per_chunk, float* cb) {
+    ChunkCbKernel(SsmScanParams p, SsdScratch w, int32_t pairs_per_chunk) {
   __shared__ GemmShared sm;
-  const SsdChunk chunk = chunks[blockIdx.x / pairs_per_chunk];
+  const SsdChunk chunk = w.chunks[blockIdx.x / pairs_per_chunk];
   int32_t t_tile, s_tile;
   SsdTrianglePair(static_cast<int32_t>(blockIdx.x % pairs_per_chunk), &t_tile, &s_tile);
   const int32_t len = chunk.length;
   if (t_tile * kTile >= len) return;  // the chunk is shorter than the longest one
-  const int32_t group = blockIdx.y, N = p.d_state;
+  const int32_t group = blockIdx.y;
   const int32_t t0 = t_tile * kTile, s0 = s_tile * kTile;
-  const float* c_base = p.c + static_cast<int64_t>(chunk.row0) * p.c_stride +
-                        static_cast<int64_t>(group) * N;
-  const float* b_base = p.b + static_cast<int64_t>(chunk.row0) * p.b_stride +
-                        static_cast<int64_t>(group) * N;
   float acc[4][4] = {};
   TileProduct<true, true>(
-      N,
-      [&](int m, int32_t k) {
-        return t0 + m < len ? c_base[(t0 + m) * p.c_stride + k] : 0.0f;
-      },
-      [&](int32_t k, int n) {
-        return s0 + n < len ? b_base[(s0 + n) * p.b_stride + k] : 0.0f;
+      p.d_state,
+      [&](int m, int32_t n) { return t0 + m < len ? SsdC(p, chunk, group, t0 + m, n) : 0.0f; },
+      [&](int32_t n, int col) {
+        return s0 + col < len ? SsdB(p, chunk, group, s0 + col, n) : 0.0f;
       },
       sm, acc);
-  float* out = cb + chunk.cb_offset + static_cast<int64_t>(group) * len * len;
+  float* out = SsdCbBlock(w, chunk, group);
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -214,31 +207,20 @@ __global__ void __launch_bounds__(kGemmThreads)
 // grid (chunks, heads, p_tiles * n_tiles): the chunk's own state
 // S[p, n] = sum_s (exp(cum_end - cum_s) dt'_s x_s[p]) B_s[n], into states[chunk][head].
 __global__ void __launch_bounds__(kGemmThreads)
-    ChunkStateKernel(SsmScanParams p, const SsdChunk* chunks, const float* dtv,
-                     const double* cum, float* states) {
+    ChunkStateKernel(SsmScanParams p, SsdScratch w) {
   __shared__ GemmShared sm;
-  const SsdChunk chunk = chunks[blockIdx.x];
+  const SsdChunk chunk = w.chunks[blockIdx.x];
   const int32_t head = blockIdx.y, P = p.headdim, N = p.d_state;
   const int32_t n_tiles = (N + kTile - 1) / kTile;
   const int32_t p0 = (blockIdx.z / n_tiles) * kTile, n0 = (blockIdx.z % n_tiles) * kTile;
-  const int32_t group = GroupOfHead(p, head);
-  const int64_t row0 = chunk.row0;
-  const float* dtv_h = dtv + static_cast<int64_t>(head) * p.rows + row0;
-  const double* cum_h = cum + static_cast<int64_t>(head) * p.rows + row0;
-  const double cum_end = cum_h[chunk.length - 1];
-  const float* x_base = p.x + row0 * p.x_stride + static_cast<int64_t>(head) * P;
-  const float* b_base = p.b + row0 * p.b_stride + static_cast<int64_t>(group) * N;
+  const int32_t group = SsmGroupOf(p, head);
   float acc[4][4] = {};
   TileProduct<false, false>(
       chunk.length,
-      [&](int m, int32_t s) {
-        if (p0 + m >= P) return 0.0f;
-        const float w = expf(static_cast<float>(cum_end - cum_h[s])) * dtv_h[s];
-        return w * x_base[s * p.x_stride + p0 + m];
-      },
-      [&](int32_t s, int n) { return n0 + n < N ? b_base[s * p.b_stride + n0 + n] : 0.0f; },
+      [&](int m, int32_t s) { return p0 + m < P ? SsdStateX(p, w, chunk, head, s, p0 + m) : 0.0f; },
+      [&](int32_t s, int col) { return n0 + col < N ? SsdB(p, chunk, group, s, n0 + col) : 0.0f; },
       sm, acc);
-  float* out = states + (static_cast<int64_t>(blockIdx.x) * p.heads + head) * P * N;
+  float* out = SsdChunkState(p, w, blockIdx.x, head);
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -255,33 +237,12 @@ __global__ void __launch_bounds__(kGemmThreads)
 // ---------------------------------------------------------------- phase 3: state passing
 
 // grid (ceil(P N / kPassThreads), heads, min(num_seqs, 65535)): one thread carries one
-// state element through its sequence's chunks. Reading the slot first and writing it last,
-// in the same thread, is what makes the in-place update safe.
-__global__ void __launch_bounds__(kPassThreads)
-    StatePassingKernel(SsmScanParams p, const SsdChunk* chunks, const int32_t* seq_first_chunk,
-                       const double* cum, float* states) {
-  const int64_t per_head = static_cast<int64_t>(p.headdim) * p.d_state;
+// state element through its sequence's chunks (SsdPassState).
+__global__ void __launch_bounds__(kPassThreads) StatePassingKernel(SsmScanParams p, SsdScratch w) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * kPassThreads + threadIdx.x;
-  if (e >= per_head) return;
-  const int32_t head = blockIdx.y;
-  const double* cum_h = cum + static_cast<int64_t>(head) * p.rows;
+  if (e >= static_cast<int64_t>(p.headdim) * p.d_state) return;
   for (int32_t s = blockIdx.z; s < p.num_seqs; s += gridDim.z) {
-    const int32_t c0 = seq_first_chunk[s], c1 = seq_first_chunk[s + 1];
-    if (c0 == c1) continue;  // a run of one token: the decode kernel's
-    const int32_t slot = p.slots[s];
-    const bool scratch = slot == p.state_rows;
-    float* slot_state = p.state + (static_cast<int64_t>(slot) * p.heads + head) * per_head + e;
-    float h = scratch || p.fresh[s] != 0 ? 0.0f : *slot_state;
-    for (int32_t k = c0; k < c1; ++k) {
-      const SsdChunk chunk = chunks[k];
-      float* chunk_state = states + (static_cast<int64_t>(k) * p.heads + head) * per_head + e;
-      const float own = *chunk_state;
-      *chunk_state = h;  // the state entering chunk k, for phase 4
-      const float decay =
-          expf(static_cast<float>(cum_h[static_cast<int64_t>(chunk.row0) + chunk.length - 1]));
-      h = h * decay + own;
-    }
-    if (!scratch) *slot_state = h;
+    SsdPassState(p, w, s, static_cast<int32_t>(blockIdx.y), e);
   }
 }
 
@@ -289,32 +250,23 @@ __global__ void __launch_bounds__(kPassThreads)
 
 // grid (chunks * t_tiles, heads, p_tiles): rows t of one 64-row tile of a chunk.
 __global__ void __launch_bounds__(kGemmThreads)
-    ChunkScanKernel(SsmScanParams p, const SsdChunk* chunks, int32_t t_tiles, const float* dtv,
-                    const double* cum, const float* cb, const float* states) {
+    ChunkScanKernel(SsmScanParams p, SsdScratch w, int32_t t_tiles) {
   __shared__ GemmShared sm;
-  const int32_t chunk_index = blockIdx.x / t_tiles;
-  const SsdChunk chunk = chunks[chunk_index];
+  const int64_t chunk_index = blockIdx.x / t_tiles;
+  const SsdChunk chunk = w.chunks[chunk_index];
   const int32_t len = chunk.length;
   const int32_t t0 = (blockIdx.x % t_tiles) * kTile;
   if (t0 >= len) return;
   const int32_t head = blockIdx.y, P = p.headdim, N = p.d_state;
   const int32_t p0 = blockIdx.z * kTile;
-  const int32_t group = GroupOfHead(p, head);
-  const int64_t row0 = chunk.row0;
-  const float* dtv_h = dtv + static_cast<int64_t>(head) * p.rows + row0;
-  const double* cum_h = cum + static_cast<int64_t>(head) * p.rows + row0;
-  const float* x_base = p.x + row0 * p.x_stride + static_cast<int64_t>(head) * P;
-  const float* c_base = p.c + row0 * p.c_stride + static_cast<int64_t>(group) * N;
-  const float* h_prev =
-      states + (static_cast<int64_t>(chunk_index) * p.heads + head) * P * N;
-  const float* cb_g = cb + chunk.cb_offset + static_cast<int64_t>(group) * len * len;
+  const int32_t group = SsmGroupOf(p, head);
+  const float* h_prev = SsdChunkState(p, w, chunk_index, head);
   float acc[4][4] = {};
   // Off-chunk part: (exp(cum_t) C_t) . h_prev[p], over d_state.
   TileProduct<true, true>(
       N,
       [&](int m, int32_t n) {
-        const int32_t t = t0 + m;
-        return t < len ? c_base[t * p.c_stride + n] * expf(static_cast<float>(cum_h[t])) : 0.0f;
+        return t0 + m < len ? SsdScanC(p, w, chunk, head, group, t0 + m, n) : 0.0f;
       },
       [&](int32_t n, int col) {
         return p0 + col < P ? h_prev[static_cast<int64_t>(p0 + col) * N + n] : 0.0f;
@@ -322,18 +274,13 @@ __global__ void __launch_bounds__(kGemmThreads)
       sm, acc);
   // Intra-chunk part over s <= t: only C B^T's lower triangle is read (the rest is never
   // written), so the mask is a branch, not a multiplication.
-  const int32_t s_end = min(len, t0 + kTile);
   TileProduct<true, false>(
-      s_end,
+      min(len, t0 + kTile),
       [&](int m, int32_t s) {
         const int32_t t = t0 + m;
-        if (t >= len || s > t) return 0.0f;
-        return cb_g[static_cast<int64_t>(t) * len + s] *
-               expf(static_cast<float>(cum_h[t] - cum_h[s])) * dtv_h[s];
+        return t < len && s <= t ? SsdScanCoef(p, w, chunk, head, group, t, s) : 0.0f;
       },
-      [&](int32_t s, int col) {
-        return p0 + col < P ? x_base[s * p.x_stride + p0 + col] : 0.0f;
-      },
+      [&](int32_t s, int col) { return p0 + col < P ? SsdX(p, chunk, head, s, p0 + col) : 0.0f; },
       sm, acc);
   const float dh = p.d[head];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -341,17 +288,14 @@ __global__ void __launch_bounds__(kGemmThreads)
   for (int i = 0; i < 4; ++i) {
     const int32_t t = t0 + ty + 16 * i;
     if (t >= len) continue;
-    float* y_row = p.y + (row0 + t) * p.y_stride + static_cast<int64_t>(head) * P;
-    const float* x_row = x_base + t * p.x_stride;
+    float* y_row = SsdY(p, chunk, head, t);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int32_t col = p0 + tx + 16 * j;
-      if (col < P) y_row[col] = acc[i][j] + dh * x_row[col];
+      if (col < P) y_row[col] = acc[i][j] + dh * SsdX(p, chunk, head, t, col);
     }
   }
 }
-
-size_t AlignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace
 
@@ -374,54 +318,32 @@ absl::Status LaunchSsdChunked(const CudaContext& ctx, const SsmScanParams& p,
         plan.max_length, " tokens, ", p.heads, " heads); lower chunk_size or the batch"));
   }
 
-  // Workspace: [chunks | seq_first_chunk | dtv [H][T] | cum [H][T] | C B^T | chunk states].
-  const size_t chunks_bytes = AlignUp(sizeof(SsdChunk) * num_chunks);
-  const size_t first_bytes = AlignUp(sizeof(int32_t) * (plan.seq_first_chunk.size()));
-  const size_t dtv_bytes = AlignUp(sizeof(float) * static_cast<size_t>(p.heads) * p.rows);
-  const size_t cum_bytes = AlignUp(sizeof(double) * static_cast<size_t>(p.heads) * p.rows);
-  const size_t cb_bytes =
-      AlignUp(sizeof(float) * static_cast<size_t>(p.groups) * plan.cb_floats_per_group);
-  const size_t states_bytes =
-      AlignUp(sizeof(float) * static_cast<size_t>(num_chunks) * p.heads * per_head);
-  const size_t total =
-      chunks_bytes + first_bytes + dtv_bytes + cum_bytes + cb_bytes + states_bytes;
-  COIL_ASSIGN_OR_RETURN(void* scratch, ctx.workspace->Get(total, ctx.stream));
-  char* cursor = static_cast<char*>(scratch);
-  auto take = [&cursor](size_t bytes) {
-    char* at = cursor;
-    cursor += bytes;
-    return at;
-  };
-  auto* chunks = reinterpret_cast<SsdChunk*>(take(chunks_bytes));
-  auto* seq_first = reinterpret_cast<int32_t*>(take(first_bytes));
-  auto* dtv = reinterpret_cast<float*>(take(dtv_bytes));
-  auto* cum = reinterpret_cast<double*>(take(cum_bytes));
-  auto* cb = reinterpret_cast<float*>(take(cb_bytes));
-  auto* states = reinterpret_cast<float*>(take(states_bytes));
+  const SsdScratchLayout layout = LayoutSsdScratch(plan, p);
+  COIL_ASSIGN_OR_RETURN(void* scratch, ctx.workspace->Get(layout.total, ctx.stream));
+  const SsdScratch w = SsdScratchAt(scratch, layout);
 
   BuildChunksKernel<<<1, kBuildThreads, 0, ctx.stream>>>(p.cu_seqlens, p.start_positions,
                                                           p.num_seqs, chunk_size, p.groups,
-                                                          chunks, seq_first);
+                                                          w.chunks, w.seq_first_chunk);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  ChunkCumsumKernel<<<static_cast<unsigned>(num_chunks), kCumsumWarps * 32, 0, ctx.stream>>>(
-      p, chunks, dtv, cum);
+  ChunkCumsumKernel<<<static_cast<unsigned>(num_chunks), kCumsumWarps * 32, 0, ctx.stream>>>(p,
+                                                                                            w);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   ChunkCbKernel<<<dim3(static_cast<unsigned>(num_chunks * pairs), static_cast<unsigned>(p.groups)),
-                  kGemmThreads, 0, ctx.stream>>>(p, chunks, static_cast<int32_t>(pairs), cb);
+                  kGemmThreads, 0, ctx.stream>>>(p, w, static_cast<int32_t>(pairs));
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   ChunkStateKernel<<<dim3(static_cast<unsigned>(num_chunks), static_cast<unsigned>(p.heads),
                           static_cast<unsigned>(p_tiles * n_tiles)),
-                     kGemmThreads, 0, ctx.stream>>>(p, chunks, dtv, cum, states);
+                     kGemmThreads, 0, ctx.stream>>>(p, w);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   const int64_t pass_blocks = (per_head + kPassThreads - 1) / kPassThreads;
   StatePassingKernel<<<dim3(static_cast<unsigned>(pass_blocks), static_cast<unsigned>(p.heads),
                             std::min<unsigned>(static_cast<unsigned>(p.num_seqs), kMaxGridYZ)),
-                       kPassThreads, 0, ctx.stream>>>(p, chunks, seq_first, cum, states);
+                       kPassThreads, 0, ctx.stream>>>(p, w);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   ChunkScanKernel<<<dim3(static_cast<unsigned>(num_chunks * t_tiles),
                          static_cast<unsigned>(p.heads), static_cast<unsigned>(p_tiles)),
-                    kGemmThreads, 0, ctx.stream>>>(p, chunks, static_cast<int32_t>(t_tiles), dtv,
-                                                   cum, cb, states);
+                    kGemmThreads, 0, ctx.stream>>>(p, w, static_cast<int32_t>(t_tiles));
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

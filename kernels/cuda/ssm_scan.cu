@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   if (p.cu_seqlens[seq + 1] - row != 1) return;  // a longer run: the chunked path's
 
   const int32_t N = p.d_state, P = p.headdim;
-  const int32_t group = GroupOfHead(p, head);
+  const int32_t group = SsmGroupOf(p, head);
   float* b_row = shared;
   float* c_row = shared + N;
   const float* b_src = p.b + row * p.b_stride + static_cast<int64_t>(group) * N;
@@ -51,10 +51,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
   __syncthreads();
 
-  const float dtv =
-      SoftplusDt(p.dt[row * p.dt_stride + head], p.dt_bias[head], p.dt_min, p.dt_max);
-  const float a = -expf(p.a_log[head]);
-  const float decay = expf(a * dtv);
+  const float dtv = SsmDt(p, row, head);
+  const float decay = expf(SsmA(p, head) * dtv);
   const int32_t slot = p.slots[seq];
   const bool scratch = slot == p.state_rows;
   const bool zero = scratch || p.fresh[seq] != 0;
