@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/causal_conv1d_math.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -24,55 +25,11 @@ constexpr int kChannelsPerBlock = 128;
 constexpr int kRowsPerBlock = 16;  // output launch: rows one thread computes
 constexpr unsigned kMaxGridY = 65535;
 
-struct ConvParams {
-  const float* x;       // [rows, channels], row stride x_stride
-  const float* weight;  // [channels, width]
-  const float* bias;    // [channels]
-  float* state;         // [state_rows + 1, width - 1, channels]
-  float* out;           // [rows, channels], row stride out_stride
-  int64_t x_stride, out_stride;
-  const int32_t* cu_seqlens;
-  const int32_t* slots;
-  const uint8_t* fresh;
-  int32_t num_seqs, rows, channels, width, state_rows;
-};
-
-__device__ inline float Silu(float v) { return v / (1.0f + expf(-v)); }
-
-// Input of tap window index i of sequence s's run (channel c): the W-1 history entries
-// first (zeros for a fresh sequence or the scratch row), then the run's rows.
-__device__ inline float WindowInput(const ConvParams& p, int64_t i, int32_t begin,
-                                    const float* history, bool zero_history, int32_t c) {
-  const int32_t hist = p.width - 1;
-  if (i < hist) return zero_history ? 0.0f : history[i * p.channels + c];
-  return p.x[(begin + i - hist) * p.x_stride + c];
-}
-
 // grid (ceil(C / 128), min(num_seqs, 65535)); every run has one token.
 __global__ void __launch_bounds__(kChannelsPerBlock) ConvDecodeKernel(ConvParams p) {
   const int32_t c = blockIdx.x * kChannelsPerBlock + threadIdx.x;
   if (c >= p.channels) return;
-  const int32_t hist = p.width - 1;
-  const float* w = p.weight + static_cast<int64_t>(c) * p.width;
-  for (int32_t s = blockIdx.y; s < p.num_seqs; s += gridDim.y) {
-    const int64_t row = p.cu_seqlens[s];
-    const int32_t slot = p.slots[s];
-    const bool scratch = slot == p.state_rows;
-    const bool zero_history = scratch || p.fresh[s] != 0;
-    float* state = p.state + static_cast<int64_t>(slot) * hist * p.channels + c;
-    const float input = p.x[row * p.x_stride + c];
-    float acc = p.bias[c];
-    for (int32_t k = 0; k < hist; ++k) {
-      const float v = zero_history ? 0.0f : state[static_cast<int64_t>(k) * p.channels];
-      acc = acc + w[k] * v;
-      // The new history is the window shifted by one: entry k - 1 takes old entry k,
-      // which this thread has just read (and entry k - 1 was read one step earlier).
-      if (!scratch && k > 0) state[static_cast<int64_t>(k - 1) * p.channels] = v;
-    }
-    acc = acc + w[hist] * input;
-    p.out[row * p.out_stride + c] = Silu(acc);
-    if (!scratch) state[static_cast<int64_t>(hist - 1) * p.channels] = input;
-  }
+  for (int32_t s = blockIdx.y; s < p.num_seqs; s += gridDim.y) ConvDecode(p, s, c);
 }
 
 // The sequence owning packed row `row`: the last s with cu_seqlens[s] <= row.
@@ -89,12 +46,10 @@ __device__ inline int32_t SequenceOfRow(const ConvParams& p, int32_t row) {
   return lo;
 }
 
-// grid (ceil(C / 128), min(ceil(rows / 16), 65535)): outputs only; states untouched.
+// grid (ceil(C / 128), min(ceil(rows / 16), 65535)): outputs only; histories untouched.
 __global__ void __launch_bounds__(kChannelsPerBlock) ConvOutputKernel(ConvParams p) {
   const int32_t c = blockIdx.x * kChannelsPerBlock + threadIdx.x;
   if (c >= p.channels) return;
-  const int32_t hist = p.width - 1;
-  const float* w = p.weight + static_cast<int64_t>(c) * p.width;
   for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * kRowsPerBlock; r0 < p.rows;
        r0 += static_cast<int64_t>(gridDim.y) * kRowsPerBlock) {
     const int64_t tile_end = r0 + kRowsPerBlock;
@@ -102,39 +57,16 @@ __global__ void __launch_bounds__(kChannelsPerBlock) ConvOutputKernel(ConvParams
     int32_t s = SequenceOfRow(p, static_cast<int32_t>(r0));
     for (int32_t r = static_cast<int32_t>(r0); r < r_end; ++r) {
       while (p.cu_seqlens[s + 1] <= r) ++s;
-      const int32_t begin = p.cu_seqlens[s];
-      const int32_t slot = p.slots[s];
-      const bool zero_history = slot == p.state_rows || p.fresh[s] != 0;
-      const float* history = p.state + static_cast<int64_t>(slot) * hist * p.channels;
-      float acc = p.bias[c];
-      for (int32_t k = 0; k < p.width; ++k) {
-        acc = acc + w[k] * WindowInput(p, static_cast<int64_t>(r - begin) + k, begin, history,
-                                       zero_history, c);
-      }
-      p.out[r * p.out_stride + c] = Silu(acc);
+      ConvOutput(p, s, r, c);
     }
   }
 }
 
-// grid (ceil(C / 128), min(num_seqs, 65535)): new history = window entries len .. len+W-2.
-// Written in ascending order in place: entry j takes window entry len + j > j, which is
-// either an input row or an old entry not yet overwritten (only entries < j are).
+// grid (ceil(C / 128), min(num_seqs, 65535)): the new histories, after every output.
 __global__ void __launch_bounds__(kChannelsPerBlock) ConvStateKernel(ConvParams p) {
   const int32_t c = blockIdx.x * kChannelsPerBlock + threadIdx.x;
   if (c >= p.channels) return;
-  const int32_t hist = p.width - 1;
-  for (int32_t s = blockIdx.y; s < p.num_seqs; s += gridDim.y) {
-    const int32_t slot = p.slots[s];
-    if (slot == p.state_rows) continue;
-    const int32_t begin = p.cu_seqlens[s];
-    const int64_t length = p.cu_seqlens[s + 1] - begin;
-    const bool zero_history = p.fresh[s] != 0;
-    float* state = p.state + static_cast<int64_t>(slot) * hist * p.channels;
-    for (int32_t j = 0; j < hist; ++j) {
-      state[static_cast<int64_t>(j) * p.channels + c] =
-          WindowInput(p, length + j, begin, state, zero_history, c);
-    }
-  }
+  for (int32_t s = blockIdx.y; s < p.num_seqs; s += gridDim.y) ConvNewHistory(p, s, c);
 }
 
 }  // namespace
