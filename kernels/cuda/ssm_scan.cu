@@ -29,8 +29,6 @@ constexpr int32_t kMaxDecodeDState = 4096;
 template <int kVec, int kSteps>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     SsmDecodeKernel(SsmScanParams p, int32_t p_tiles) {
-  constexpr int kPerLane = kVec * kSteps;
-  constexpr int kSpan = 32 * kPerLane;
   extern __shared__ float shared[];  // b row [d_state] | c row [d_state]
   const int64_t item = blockIdx.x;
   const int32_t tile = static_cast<int32_t>(item % p_tiles);
@@ -68,55 +66,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     xdt[r] = pr < P ? x_row[pr] * dtv : 0.0f;
     acc[r] = 0.0f;
   }
-  for (int32_t n0 = 0; n0 < N; n0 += kSpan) {
-    float h[kRowsPerWarp][kPerLane];
-    // All loads first, so each lane has kRowsPerWarp * kSteps independent loads in flight.
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int32_t pr = p_base + r;
-#pragma unroll
-      for (int j = 0; j < kSteps; ++j) {
-        const int32_t n = n0 + (j * 32 + lane) * kVec;
-        const bool valid = !zero && pr < P && n < N;
-        if constexpr (kVec == 4) {
-          // d_state % 4 == 0 and a 16-byte aligned state (checked by the launcher), so
-          // n < N means the whole vector is in the row.
-          float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          if (valid) v = *reinterpret_cast<const float4*>(state + static_cast<int64_t>(pr) * N + n);
-          h[r][j * 4 + 0] = v.x;
-          h[r][j * 4 + 1] = v.y;
-          h[r][j * 4 + 2] = v.z;
-          h[r][j * 4 + 3] = v.w;
-        } else {
-          h[r][j] = valid ? state[static_cast<int64_t>(pr) * N + n] : 0.0f;
-        }
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int32_t pr = p_base + r;
-      if (pr >= P) continue;
-#pragma unroll
-      for (int j = 0; j < kSteps; ++j) {
-        const int32_t n = n0 + (j * 32 + lane) * kVec;
-        if (n >= N) continue;
-#pragma unroll
-        for (int v = 0; v < kVec; ++v) {
-          const float updated = h[r][j * kVec + v] * decay + xdt[r] * b_row[n + v];
-          h[r][j * kVec + v] = updated;
-          acc[r] = acc[r] + updated * c_row[n + v];
-        }
-        if (scratch) continue;
-        float* dst = state + static_cast<int64_t>(pr) * N + n;
-        if constexpr (kVec == 4) {
-          *reinterpret_cast<float4*>(dst) =
-              make_float4(h[r][j * 4 + 0], h[r][j * 4 + 1], h[r][j * 4 + 2], h[r][j * 4 + 3]);
-        } else {
-          *dst = h[r][j];
-        }
-      }
-    }
-  }
+  SsmDecodeLane<kVec, kSteps, kRowsPerWarp>(p, b_row, c_row, state, zero, scratch, decay, xdt,
+                                            p_base, lane, acc);
   const float dh = p.d[head];
   float* y_row = p.y + row * p.y_stride + static_cast<int64_t>(head) * P;
 #pragma unroll

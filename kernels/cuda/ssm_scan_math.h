@@ -105,6 +105,98 @@ COIL_HOST_DEVICE inline int32_t SsmGroupOf(const SsmScanParams& p, int32_t head)
   return (p.first_head + head) / p.heads_per_group;
 }
 
+// ---- decode: the one-token update of runs of one token.
+
+// kVec consecutive floats; one 16-byte access on the GPU when kVec == 4 (the caller
+// guarantees the alignment).
+template <int kVec>
+COIL_HOST_DEVICE inline void SsmLoadVec(const float* src, float* dst) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (kVec == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(src);
+    dst[0] = v.x;
+    dst[1] = v.y;
+    dst[2] = v.z;
+    dst[3] = v.w;
+  } else {
+    for (int v = 0; v < kVec; ++v) dst[v] = src[v];
+  }
+#else
+  for (int v = 0; v < kVec; ++v) dst[v] = src[v];
+#endif
+}
+
+template <int kVec>
+COIL_HOST_DEVICE inline void SsmStoreVec(const float* src, float* dst) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (kVec == 4) {
+    *reinterpret_cast<float4*>(dst) = make_float4(src[0], src[1], src[2], src[3]);
+  } else {
+    for (int v = 0; v < kVec; ++v) dst[v] = src[v];
+  }
+#else
+  for (int v = 0; v < kVec; ++v) dst[v] = src[v];
+#endif
+}
+
+// One lane's share (lane in [0, 32)) of the update of state rows p_base .. p_base + kRows - 1
+// of one (sequence, head): the columns n0 + (j * 32 + lane) * kVec + v of each span n0 of
+// 32 kVec kSteps columns. Loads all of a span's values first (kRows * kSteps independent
+// loads in flight), then h = h * decay + xdt[r] b[n], acc[r] += h c[n], and stores h back
+// unless the row is the scratch row. `state` is the (slot, head) block [headdim][d_state];
+// `zero` starts from zeros instead of reading it (fresh, or the scratch row). With kVec 4,
+// d_state % 4 == 0 and `state` is 16-byte aligned, so a vector starting below d_state ends
+// inside the row.
+template <int kVec, int kSteps, int kRows>
+COIL_HOST_DEVICE inline void SsmDecodeLane(const SsmScanParams& p, const float* b_row,
+                                           const float* c_row, float* state, bool zero,
+                                           bool scratch, float decay, const float* xdt,
+                                           int32_t p_base, int lane, float* acc) {
+  constexpr int kPerLane = kVec * kSteps;
+  constexpr int kSpan = 32 * kPerLane;
+  const int32_t N = p.d_state, P = p.headdim;
+  for (int32_t n0 = 0; n0 < N; n0 += kSpan) {
+    float h[kRows][kPerLane];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int r = 0; r < kRows; ++r) {
+      const int32_t pr = p_base + r;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int j = 0; j < kSteps; ++j) {
+        const int32_t n = n0 + (j * 32 + lane) * kVec;
+        if (!zero && pr < P && n < N) {
+          SsmLoadVec<kVec>(state + static_cast<int64_t>(pr) * N + n, &h[r][j * kVec]);
+        } else {
+          for (int v = 0; v < kVec; ++v) h[r][j * kVec + v] = 0.0f;
+        }
+      }
+    }
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int r = 0; r < kRows; ++r) {
+      const int32_t pr = p_base + r;
+      if (pr >= P) continue;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int j = 0; j < kSteps; ++j) {
+        const int32_t n = n0 + (j * 32 + lane) * kVec;
+        if (n >= N) continue;
+        float* hv = &h[r][j * kVec];
+        for (int v = 0; v < kVec; ++v) {
+          hv[v] = hv[v] * decay + xdt[r] * b_row[n + v];
+          acc[r] = acc[r] + hv[v] * c_row[n + v];
+        }
+        if (!scratch) SsmStoreVec<kVec>(hv, state + static_cast<int64_t>(pr) * N + n);
+      }
+    }
+  }
+}
+
 // ---- chunked path; t and s are token indices within the chunk.
 
 // Index of (head, packed row) in the dtv and cum arrays.
