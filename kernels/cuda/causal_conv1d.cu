@@ -77,9 +77,9 @@ absl::Status LaunchCausalConv1d(const CudaContext& ctx, const Tensor& x, const T
   constexpr int64_t kInt32Max = 0x7fffffff;
   if (x.dim(0) > kInt32Max || x.dim(1) > kInt32Max || conv_state.dim(0) > kInt32Max ||
       weight.dim(1) > kInt32Max) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "x ", x.DebugString(), " or conv_state ", conv_state.DebugString(),
-        " exceeds the CUDA conv's int32 sizes; split the batch"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("x ", x.DebugString(), " or conv_state ", conv_state.DebugString(),
+                     " exceeds the CUDA conv's int32 sizes; split the batch"));
   }
   ConvParams p{};
   p.x = x.data<float>();

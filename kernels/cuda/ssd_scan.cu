@@ -23,12 +23,12 @@
 namespace coil::cuda {
 namespace {
 
-constexpr int kTile = 64;                 // output tile edge
-constexpr int kTileK = 16;                // reduction depth per shared-memory stage
-constexpr int kGemmThreads = 256;         // 16 x 16 threads, 4 x 4 outputs each
-constexpr int kBuildThreads = 256;        // the chunk-list builder's one block
-constexpr int kCumsumWarps = 8;           // phase 1: one warp per head at a time
-constexpr int kPassThreads = 256;         // phase 3: one state element per thread
+constexpr int kTile = 64;           // output tile edge
+constexpr int kTileK = 16;          // reduction depth per shared-memory stage
+constexpr int kGemmThreads = 256;   // 16 x 16 threads, 4 x 4 outputs each
+constexpr int kBuildThreads = 256;  // the chunk-list builder's one block
+constexpr int kCumsumWarps = 8;     // phase 1: one warp per head at a time
+constexpr int kPassThreads = 256;   // phase 3: one state element per thread
 constexpr unsigned kMaxGridYZ = 65535;
 
 // ---------------------------------------------------------------- phase 0: chunk list
@@ -36,8 +36,8 @@ constexpr unsigned kMaxGridYZ = 65535;
 // One block walks the sequences in tiles of kBuildThreads; a block-wide exclusive scan of
 // the chunk counts and C B^T sizes gives each sequence its first chunk and offset.
 __global__ void __launch_bounds__(kBuildThreads)
-    BuildChunksKernel(const int32_t* cu_seqlens, const int32_t* start_positions,
-                      int32_t num_seqs, int64_t chunk_size, int64_t groups, SsdChunk* chunks,
+    BuildChunksKernel(const int32_t* cu_seqlens, const int32_t* start_positions, int32_t num_seqs,
+                      int64_t chunk_size, int64_t groups, SsdChunk* chunks,
                       int32_t* seq_first_chunk) {
   constexpr int kWarps = kBuildThreads / 32;
   __shared__ int32_t warp_chunks[kWarps];
@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(kBuildThreads)
       }
     }
     __syncthreads();
-    const int32_t before_chunks = (warp > 0 ? warp_chunks[warp - 1] : 0) + inc_chunks - totals.chunks;
+    const int32_t before_chunks =
+        (warp > 0 ? warp_chunks[warp - 1] : 0) + inc_chunks - totals.chunks;
     const long long before_cb = (warp > 0 ? warp_cb[warp - 1] : 0) + inc_cb - totals.cb_floats;
     if (s < num_seqs) {
       const int32_t first = carry_chunks + before_chunks;
@@ -82,7 +83,8 @@ __global__ void __launch_bounds__(kBuildThreads)
       for (int32_t k = 0; k < totals.chunks; ++k) {
         int32_t offset, piece;
         SsdPiece(position, length, chunk_size, k, &offset, &piece);
-        chunks[first + k] = SsdChunk{groups * cb, static_cast<int32_t>(begin) + offset, piece, s, 0};
+        chunks[first + k] =
+            SsdChunk{groups * cb, static_cast<int32_t>(begin) + offset, piece, s, 0};
         cb += static_cast<long long>(piece) * piece;
       }
     }
@@ -206,8 +208,7 @@ __global__ void __launch_bounds__(kGemmThreads)
 
 // grid (chunks, heads, p_tiles * n_tiles): the chunk's own state
 // S[p, n] = sum_s (exp(cum_end - cum_s) dt'_s x_s[p]) B_s[n], into states[chunk][head].
-__global__ void __launch_bounds__(kGemmThreads)
-    ChunkStateKernel(SsmScanParams p, SsdScratch w) {
+__global__ void __launch_bounds__(kGemmThreads) ChunkStateKernel(SsmScanParams p, SsdScratch w) {
   __shared__ GemmShared sm;
   const SsdChunk chunk = w.chunks[blockIdx.x];
   const int32_t head = blockIdx.y, P = p.headdim, N = p.d_state;
@@ -314,8 +315,8 @@ absl::Status LaunchSsdChunked(const CudaContext& ctx, const SsmScanParams& p,
       p.heads > static_cast<int64_t>(kMaxGridYZ) || p.groups > static_cast<int64_t>(kMaxGridYZ) ||
       p_tiles * n_tiles > static_cast<int64_t>(kMaxGridYZ)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the chunked scan's grid is too large (", num_chunks, " chunks of up to ",
-        plan.max_length, " tokens, ", p.heads, " heads); lower chunk_size or the batch"));
+        "the chunked scan's grid is too large (", num_chunks, " chunks of up to ", plan.max_length,
+        " tokens, ", p.heads, " heads); lower chunk_size or the batch"));
   }
 
   const SsdScratchLayout layout = LayoutSsdScratch(plan, p);
@@ -323,11 +324,10 @@ absl::Status LaunchSsdChunked(const CudaContext& ctx, const SsmScanParams& p,
   const SsdScratch w = SsdScratchAt(scratch, layout);
 
   BuildChunksKernel<<<1, kBuildThreads, 0, ctx.stream>>>(p.cu_seqlens, p.start_positions,
-                                                          p.num_seqs, chunk_size, p.groups,
-                                                          w.chunks, w.seq_first_chunk);
+                                                         p.num_seqs, chunk_size, p.groups, w.chunks,
+                                                         w.seq_first_chunk);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  ChunkCumsumKernel<<<static_cast<unsigned>(num_chunks), kCumsumWarps * 32, 0, ctx.stream>>>(p,
-                                                                                            w);
+  ChunkCumsumKernel<<<static_cast<unsigned>(num_chunks), kCumsumWarps * 32, 0, ctx.stream>>>(p, w);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   ChunkCbKernel<<<dim3(static_cast<unsigned>(num_chunks * pairs), static_cast<unsigned>(p.groups)),
                   kGemmThreads, 0, ctx.stream>>>(p, w, static_cast<int32_t>(pairs));

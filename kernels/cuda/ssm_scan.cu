@@ -87,8 +87,8 @@ absl::Status LaunchDecode(const CudaContext& ctx, const SsmScanParams& p) {
         "the decode scan needs ", blocks, " blocks; the limit is 2^31 - 1; split the batch"));
   }
   const size_t shared_bytes = 2 * static_cast<size_t>(p.d_state) * sizeof(float);
-  SsmDecodeKernel<kVec, kSteps><<<static_cast<unsigned>(blocks), kDecodeWarps * 32,
-                                  shared_bytes, ctx.stream>>>(p, p_tiles);
+  SsmDecodeKernel<kVec, kSteps>
+      <<<static_cast<unsigned>(blocks), kDecodeWarps * 32, shared_bytes, ctx.stream>>>(p, p_tiles);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -112,10 +112,9 @@ absl::Status LaunchDecodeFor(const CudaContext& ctx, const SsmScanParams& p) {
 }  // namespace
 
 absl::Status LaunchSsmScan(const CudaContext& ctx, const Tensor& x, const Tensor& dt,
-                           const Tensor& a_log, const Tensor& b, const Tensor& c,
-                           const Tensor& d, const Tensor& dt_bias, const SsmScanOptions& options,
-                           const RecurrentBatch& batch, const Tensor& ssm_state,
-                           const Tensor& y) {
+                           const Tensor& a_log, const Tensor& b, const Tensor& c, const Tensor& d,
+                           const Tensor& dt_bias, const SsmScanOptions& options,
+                           const RecurrentBatch& batch, const Tensor& ssm_state, const Tensor& y) {
   const int64_t heads = ssm_state.dim(1), headdim = ssm_state.dim(2), d_state = ssm_state.dim(3);
   const int64_t groups = b.dim(1) / d_state;
   const int64_t rows = x.dim(0);
@@ -123,8 +122,8 @@ absl::Status LaunchSsmScan(const CudaContext& ctx, const Tensor& x, const Tensor
   constexpr int64_t kInt32Max = 0x7fffffff;
   if (ssm_state.dim(0) > kInt32Max || heads * headdim > kInt32Max ||
       headdim * d_state > kInt32Max || groups * d_state > kInt32Max || rows > kInt32Max) {
-    return absl::InvalidArgumentError(absl::StrCat("ssm_state ", ssm_state.DebugString(),
-                                                   " or ", rows,
+    return absl::InvalidArgumentError(absl::StrCat("ssm_state ", ssm_state.DebugString(), " or ",
+                                                   rows,
                                                    " rows exceed the CUDA scan's int32 sizes"));
   }
   if (d_state > kMaxDecodeDState) {
@@ -157,9 +156,10 @@ absl::Status LaunchSsmScan(const CudaContext& ctx, const Tensor& x, const Tensor
   p.headdim = static_cast<int32_t>(headdim);
   p.d_state = static_cast<int32_t>(d_state);
   p.groups = static_cast<int32_t>(groups);
-  p.heads_per_group = static_cast<int32_t>(
-      options.heads_per_group > 0 ? options.heads_per_group : heads / groups);
-  p.first_head = static_cast<int32_t>(options.heads_per_group > 0 ? options.first_head_in_group : 0);
+  p.heads_per_group =
+      static_cast<int32_t>(options.heads_per_group > 0 ? options.heads_per_group : heads / groups);
+  p.first_head =
+      static_cast<int32_t>(options.heads_per_group > 0 ? options.first_head_in_group : 0);
   p.state_rows = static_cast<int32_t>(ssm_state.dim(0) - 1);
   p.dt_min = options.dt_min;
   p.dt_max = options.dt_max;

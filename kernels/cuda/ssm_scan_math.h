@@ -65,8 +65,7 @@ inline SsdScratchLayout LayoutSsdScratch(const SsdChunkPlan& plan, const SsmScan
       sizeof(int32_t) * plan.seq_first_chunk.size(),
       sizeof(float) * per_row,
       sizeof(double) * per_row,
-      sizeof(float) * static_cast<size_t>(p.groups) *
-          static_cast<size_t>(plan.cb_floats_per_group),
+      sizeof(float) * static_cast<size_t>(p.groups) * static_cast<size_t>(plan.cb_floats_per_group),
       sizeof(float) * chunks * static_cast<size_t>(p.heads) * static_cast<size_t>(p.headdim) *
           static_cast<size_t>(p.d_state)};
   size_t offsets[6];
@@ -229,8 +228,8 @@ COIL_HOST_DEVICE inline float* SsdCbBlock(const SsdScratch& w, const SsdChunk& c
 }
 
 // States of chunk `k` and `head`: [headdim][d_state].
-COIL_HOST_DEVICE inline float* SsdChunkState(const SsmScanParams& p, const SsdScratch& w,
-                                             int64_t k, int32_t head) {
+COIL_HOST_DEVICE inline float* SsdChunkState(const SsmScanParams& p, const SsdScratch& w, int64_t k,
+                                             int32_t head) {
   return w.states + (k * p.heads + head) * static_cast<int64_t>(p.headdim) * p.d_state;
 }
 

@@ -60,14 +60,13 @@ TEST_P(ConvEmulationTest, MatchesTheReference) {
   std::vector<float> want_state = initial, want_out(rows * C, 0.0f);
   std::vector<float> x_copy = x;
   const Tensor x_wide(x_copy.data(), DType::kF32, {rows, x_stride});
-  ASSERT_TRUE((*reference)
-                  ->CausalConv1d(x_wide.Columns(2, C),
-                                 Tensor(weight.data(), DType::kF32, {C, W}),
-                                 Tensor(bias.data(), DType::kF32, {C}), batch,
-                                 Tensor(want_state.data(), DType::kF32,
-                                        {c.state_rows + 1, W - 1, C}),
-                                 Tensor(want_out.data(), DType::kF32, {rows, C}))
-                  .ok());
+  ASSERT_TRUE(
+      (*reference)
+          ->CausalConv1d(x_wide.Columns(2, C), Tensor(weight.data(), DType::kF32, {C, W}),
+                         Tensor(bias.data(), DType::kF32, {C}), batch,
+                         Tensor(want_state.data(), DType::kF32, {c.state_rows + 1, W - 1, C}),
+                         Tensor(want_out.data(), DType::kF32, {rows, C}))
+          .ok());
 
   std::vector<float> got_state = initial, got_out(rows * C, std::nanf(""));
   ConvParams p{};
@@ -123,9 +122,9 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, ConvEmulationTest,
     ::testing::Values(Case{17, 4, {1, 2, 7, 1, 3000}, 6},  // runs shorter than the history
                       Case{33, 5, {2, 1, 3, 0, 4}, 5},
-                      Case{9, 2, {3, 1}, 2},                // a history of one entry
-                      Case{40, 4, {1, 0, 1, 0, 0, 1}, 6},   // decode, scratch thrice
-                      Case{24, 2, {1, 1, 0}, 3}),           // decode, width 2
+                      Case{9, 2, {3, 1}, 2},               // a history of one entry
+                      Case{40, 4, {1, 0, 1, 0, 0, 1}, 6},  // decode, scratch thrice
+                      Case{24, 2, {1, 1, 0}, 3}),          // decode, width 2
     [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
 }  // namespace

@@ -107,8 +107,8 @@ TEST(SsdChunksTest, RandomBatchesMatchTheTokenWalk) {
       const int seqs = std::uniform_int_distribution<int>(1, 12)(rng);
       for (int s = 0; s < seqs; ++s) {
         const int kind = std::uniform_int_distribution<int>(0, 3)(rng);
-        const int32_t length = kind == 0 ? 1 : std::uniform_int_distribution<int32_t>(
-                                                   2, kind == 3 ? 3000 : 40)(rng);
+        const int32_t length =
+            kind == 0 ? 1 : std::uniform_int_distribution<int32_t>(2, kind == 3 ? 3000 : 40)(rng);
         const int32_t position = std::uniform_int_distribution<int32_t>(0, 5000)(rng);
         batch.Add(length, s, position == 0, position);
       }

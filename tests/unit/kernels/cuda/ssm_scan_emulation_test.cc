@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -210,14 +210,16 @@ Problem MakeProblem(const Case& c) {
   pr.want_state = pr.initial;
   pr.want_y.assign(pr.rows * pr.hp, 0.0f);
   const Tensor packed_t(pr.packed.data(), DType::kF32, {pr.rows, pr.width});
-  const absl::Status status = (*reference)->SsmScan(
-      packed_t.Columns(0, pr.hp), packed_t.Columns(pr.hp + 2 * pr.gn, sh.heads),
-      Tensor(pr.a_log.data(), DType::kF32, {sh.heads}), packed_t.Columns(pr.hp, pr.gn),
-      packed_t.Columns(pr.hp + pr.gn, pr.gn), Tensor(pr.d.data(), DType::kF32, {sh.heads}),
-      Tensor(pr.dt_bias.data(), DType::kF32, {sh.heads}), pr.options, pr.batch,
-      Tensor(pr.want_state.data(), DType::kF32,
-             {c.state_rows + 1, sh.heads, sh.headdim, sh.d_state}),
-      Tensor(pr.want_y.data(), DType::kF32, {pr.rows, pr.hp}));
+  const absl::Status status =
+      (*reference)
+          ->SsmScan(packed_t.Columns(0, pr.hp), packed_t.Columns(pr.hp + 2 * pr.gn, sh.heads),
+                    Tensor(pr.a_log.data(), DType::kF32, {sh.heads}),
+                    packed_t.Columns(pr.hp, pr.gn), packed_t.Columns(pr.hp + pr.gn, pr.gn),
+                    Tensor(pr.d.data(), DType::kF32, {sh.heads}),
+                    Tensor(pr.dt_bias.data(), DType::kF32, {sh.heads}), pr.options, pr.batch,
+                    Tensor(pr.want_state.data(), DType::kF32,
+                           {c.state_rows + 1, sh.heads, sh.headdim, sh.d_state}),
+                    Tensor(pr.want_y.data(), DType::kF32, {pr.rows, pr.hp}));
   EXPECT_TRUE(status.ok()) << status;
   return pr;
 }
@@ -322,8 +324,7 @@ INSTANTIATE_TEST_SUITE_P(
         // Decode only: d_state below one lane's span, not a multiple of 4, across several
         // spans (600 > 512 columns), and headdim not a multiple of the warp's 4 rows.
         Case{{3, 8, 16, 3, 8}, {1, 0, 1, 0, 0, 1}, 6, 100},
-        Case{{2, 6, 42, 1, 8}, {1, 1, 1}, 4, 100},
-        Case{{1, 5, 600, 1, 8}, {1, 0, 1, 2}, 4, 100},
+        Case{{2, 6, 42, 1, 8}, {1, 1, 1}, 4, 100}, Case{{1, 5, 600, 1, 8}, {1, 0, 1, 2}, 4, 100},
         Case{{2, 16, 128, 2, 8, 1, 0}, {1, 1, 0}, 3, 100}),
     [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
