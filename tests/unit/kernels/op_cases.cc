@@ -1,9 +1,11 @@
 #include "tests/unit/kernels/op_cases.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <random>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -178,22 +180,35 @@ class MatmulCase : public OpCase {
   std::optional<DeviceArray> d_x_, d_w_, d_y_;
 };
 
-// A batch of `runs` on shuffled slots of a pool of `state_rows` rows, the first sequence
-// fresh, the others resuming from state; start positions are unaligned to chunks.
+// How a case's batch mixes its sequences (beyond the run lengths).
+struct BatchMix {
+  // Resuming sequences start at a random position in [0, max_start]: chunk boundaries then
+  // fall inside runs and the first chunk of a run is short.
+  int32_t max_start = 40;
+  // Sequence s is fresh when s % fresh_every == 0 (0: only the first one).
+  int fresh_every = 0;
+  std::string Name() const {
+    return absl::StrCat(max_start != 40 ? absl::StrCat("_pos", max_start) : "",
+                        fresh_every != 0 ? absl::StrCat("_fresh", fresh_every) : "");
+  }
+};
+
+// A batch of `runs` on shuffled slots of a pool of `state_rows` rows, fresh and resuming as
+// `mix` says; fresh sequences start at position 0.
 // A run of 0 in `runs` stands for a padding entry: one token on the scratch row (slot
 // state_rows), fresh, as a CUDA-graph batch pads with.
 RecurrentBatch MakeBatch(std::mt19937_64& rng, const std::vector<int32_t>& runs,
-                         int state_rows, bool first_fresh = true) {
+                         int state_rows, const BatchMix& mix = {}) {
   RecurrentBatch batch;
   const std::vector<int32_t> slots =
       ShuffledSlots(rng, static_cast<int>(runs.size()), state_rows);
-  std::uniform_int_distribution<int32_t> pos(0, 40);
+  std::uniform_int_distribution<int32_t> pos(0, mix.max_start);
   for (size_t s = 0; s < runs.size(); ++s) {
     if (runs[s] == 0) {
       batch.Add(1, state_rows, true, 0);
       continue;
     }
-    const bool fresh = first_fresh && s == 0;
+    const bool fresh = mix.fresh_every == 0 ? s == 0 : s % mix.fresh_every == 0;
     batch.Add(runs[s], slots[s], fresh, fresh ? 0 : pos(rng));
   }
   return batch;
@@ -230,16 +245,21 @@ std::string RunsName(const std::vector<int32_t>& runs) { return absl::StrJoin(ru
 // ---------------------------------------------------------------- CausalConv1d
 class CausalConv1dCase : public OpCase {
  public:
-  CausalConv1dCase(int64_t channels, int64_t width, std::vector<int32_t> runs, int state_rows)
-      : channels_(channels), width_(width), runs_(std::move(runs)), state_rows_(state_rows) {}
+  CausalConv1dCase(int64_t channels, int64_t width, std::vector<int32_t> runs, int state_rows,
+                   BatchMix mix = {})
+      : channels_(channels),
+        width_(width),
+        runs_(std::move(runs)),
+        state_rows_(state_rows),
+        mix_(mix) {}
   std::string Op() const override { return "CausalConv1d"; }
   std::string Params() const override {
     return absl::StrCat("f32_c", channels_, "_w", width_, "_runs", RunsName(runs_), "_rows",
-                        state_rows_);
+                        state_rows_, mix_.Name());
   }
   void MakeInputs(uint64_t seed) override {
     std::mt19937_64 rng(seed);
-    batch_ = MakeBatch(rng, runs_, state_rows_);
+    batch_ = MakeBatch(rng, runs_, state_rows_, mix_);
     rows_ = batch_.cu_seqlens.back();
     // x is the middle columns of a wider matrix (in_proj's output), so its rows are strided.
     packed_ = RandomFloats(rng, rows_ * (channels_ + 9), -2.0f, 2.0f);
@@ -282,6 +302,7 @@ class CausalConv1dCase : public OpCase {
   int64_t channels_, width_;
   std::vector<int32_t> runs_;
   int state_rows_;
+  BatchMix mix_;
   RecurrentBatch batch_;
   int64_t rows_ = 0;
   std::vector<float> packed_, weight_, bias_, state_;
@@ -292,23 +313,29 @@ class CausalConv1dCase : public OpCase {
 struct SsmShape {
   int64_t heads, headdim, d_state, groups, chunk;
   bool dt_limit = false;
+  // SsmScanOptions::heads_per_group / first_head_in_group (0: heads split evenly); groups
+  // must then be (first_head + heads - 1) / heads_per_group + 1.
+  int64_t heads_per_group = 0, first_head = 0;
 };
 
 class SsmScanCase : public OpCase {
  public:
-  SsmScanCase(SsmShape shape, std::vector<int32_t> runs, int state_rows)
-      : s_(shape), runs_(std::move(runs)), state_rows_(state_rows) {}
+  SsmScanCase(SsmShape shape, std::vector<int32_t> runs, int state_rows, BatchMix mix = {})
+      : s_(shape), runs_(std::move(runs)), state_rows_(state_rows), mix_(mix) {}
   std::string Op() const override { return "SsmScan"; }
   std::string Params() const override {
-    return absl::StrCat("f32_h", s_.heads, "_p", s_.headdim, "_ds", s_.d_state, "_g", s_.groups,
-                        "_chunk", s_.chunk, s_.dt_limit ? "_dtlimit" : "", "_runs",
-                        RunsName(runs_), "_rows", state_rows_);
+    return absl::StrCat(
+        "f32_h", s_.heads, "_p", s_.headdim, "_ds", s_.d_state, "_g", s_.groups, "_chunk",
+        s_.chunk, s_.dt_limit ? "_dtlimit" : "",
+        s_.heads_per_group ? absl::StrCat("_hpg", s_.heads_per_group, "_first", s_.first_head)
+                           : "",
+        "_runs", RunsName(runs_), "_rows", state_rows_, mix_.Name());
   }
   // The chunked form differs from the recurrence by rounding only (exp of cumulative sums
   // against products of exps): NMSE about 1e-12 on these inputs; the default bound holds.
   void MakeInputs(uint64_t seed) override {
     std::mt19937_64 rng(seed);
-    batch_ = MakeBatch(rng, runs_, state_rows_);
+    batch_ = MakeBatch(rng, runs_, state_rows_, mix_);
     rows_ = batch_.cu_seqlens.back();
     width_ = s_.heads * s_.headdim + 2 * s_.groups * s_.d_state + s_.heads;
     // One packed row [x | B | C | dt], as the model slices it from conv and in_proj outputs.
@@ -324,8 +351,10 @@ class SsmScanCase : public OpCase {
     COIL_ASSIGN_OR_RETURN(d_d_, DeviceArray::FromFloats(backend, d_));
     COIL_ASSIGN_OR_RETURN(d_bias_, DeviceArray::FromFloats(backend, dt_bias_));
     COIL_ASSIGN_OR_RETURN(d_state_, DeviceArray::FromFloats(backend, state_));
-    COIL_ASSIGN_OR_RETURN(d_y_, DeviceArray::FromFloats(
-                                    backend, std::vector<float>(rows_ * s_.heads * s_.headdim)));
+    // Poisoned: an element the op never writes stays NaN and fails the comparison.
+    COIL_ASSIGN_OR_RETURN(
+        d_y_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * s_.heads * s_.headdim,
+                                                                  std::nanf(""))));
     return absl::OkStatus();
   }
   absl::Status Launch(Backend& backend) override {
@@ -338,6 +367,8 @@ class SsmScanCase : public OpCase {
       options.dt_min = 0.02f;
       options.dt_max = 0.1f;
     }
+    options.heads_per_group = s_.heads_per_group;
+    options.first_head_in_group = s_.first_head;
     return backend.SsmScan(
         packed.Columns(0, hp), packed.Columns(hp + 2 * gn, s_.heads),
         Tensor(d_a_->data(), DType::kF32, {s_.heads}, dev), packed.Columns(hp, gn),
@@ -368,6 +399,7 @@ class SsmScanCase : public OpCase {
   SsmShape s_;
   std::vector<int32_t> runs_;
   int state_rows_;
+  BatchMix mix_;
   RecurrentBatch batch_;
   int64_t rows_ = 0, width_ = 0;
   std::vector<float> packed_, a_log_, d_, dt_bias_, state_;
@@ -595,6 +627,45 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
                                                 std::vector<int32_t>{300}, 1));
   cases.push_back(std::make_unique<SsmScanCase>(SsmShape{4, 16, 32, 2, 8},
                                                 std::vector<int32_t>{1, 12, 0, 0}, 5));
+  // Varlen batches for the device kernels: fresh and resuming sequences of 1 to 3000
+  // tokens on shuffled slots, resuming at positions that are not chunk multiples (so
+  // chunks start inside runs and a run's first chunk is short), padding entries sharing
+  // the scratch row, and runs shorter than the conv history mixed with longer ones.
+  // Small widths keep the reference's token-by-token loops fast.
+  const BatchMix resume_far{.max_start = 5000, .fresh_every = 3};
+  cases.push_back(std::make_unique<CausalConv1dCase>(
+      40, 4, std::vector<int32_t>{3000, 1, 2, 700, 1, 3}, 10, resume_far));
+  cases.push_back(std::make_unique<CausalConv1dCase>(
+      300, 4, std::vector<int32_t>{1, 0, 1, 0, 0, 1}, 6));  // decode only, scratch thrice
+  cases.push_back(std::make_unique<CausalConv1dCase>(
+      70, 5, std::vector<int32_t>{2, 1, 3, 2, 0}, 5, BatchMix{.fresh_every = 2}));
+  cases.push_back(std::make_unique<SsmScanCase>(
+      SsmShape{4, 8, 16, 2, 64}, std::vector<int32_t>{3000, 1, 257, 2, 1, 64, 1000, 3}, 12,
+      resume_far));
+  cases.push_back(std::make_unique<SsmScanCase>(
+      SsmShape{2, 16, 32, 1, 256}, std::vector<int32_t>{1000, 300, 1, 2, 600, 0}, 8,
+      BatchMix{.max_start = 3000, .fresh_every = 2}));
+  // Decode only, the scratch row three times; d_state a multiple of 4 (vector loads), not
+  // (scalar loads), and wider than one 512-column span (two spans).
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{4, 16, 32, 2, 8},
+                                                std::vector<int32_t>{1, 0, 1, 0, 0, 1}, 6));
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{3, 20, 40, 1, 8, true},
+                                                std::vector<int32_t>{1, 1, 1, 1}, 5));
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{1, 4, 600, 1, 8},
+                                                std::vector<int32_t>{1, 1, 0, 30}, 4));
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{2, 80, 144, 1, 16},
+                                                std::vector<int32_t>{1, 1, 0}, 3));
+  // Heads that start inside a group (a tensor-parallel rank's share): 6 heads from head 2
+  // of groups of 4 touch 2 groups; 5 heads from head 2 of groups of 3 touch 3.
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{6, 8, 16, 2, 16, false, 4, 2},
+                                                std::vector<int32_t>{50, 1, 7, 1}, 6,
+                                                BatchMix{.max_start = 100}));
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{5, 8, 16, 3, 8, false, 3, 2},
+                                                std::vector<int32_t>{1, 19, 1, 0}, 4,
+                                                BatchMix{.max_start = 100, .fresh_every = 2}));
+  // Chunks of one token (chunk_size 1) through the chunked path.
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{2, 8, 16, 1, 1},
+                                                std::vector<int32_t>{5, 3}, 2));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(5, 96, 2));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(3, 50, 1));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(4, 999, 3, true));

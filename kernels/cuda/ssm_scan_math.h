@@ -1,0 +1,299 @@
+// The CUDA SSM scan's parameters, the chunked path's scratch layout and its per-element
+// formulas, as plain __host__ __device__ C++ (no CUDA types): the kernels call these
+// functions for every operand they load and every state they carry, and a host emulation
+// (tests/unit/kernels/cuda/ssd_emulation_test.cc) calls the same ones in plain loops and
+// checks them against the CPU reference. Only the tiling and the warp scans stay GPU-only.
+// Sizes are int32 (checked by the launcher); element offsets are formed in int64.
+#ifndef COIL_KERNELS_CUDA_SSM_SCAN_MATH_H_
+#define COIL_KERNELS_CUDA_SSM_SCAN_MATH_H_
+
+#include <math.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/ssd_chunks.h"
+
+namespace coil::cuda {
+
+// Plain pointers and row strides (in floats) of the op's tensors, and the batch's device
+// mirrors (host arrays in the emulation).
+struct SsmScanParams {
+  const float* x;        // [rows, heads * headdim]
+  const float* dt;       // [rows, heads]
+  const float* a_log;    // [heads]
+  const float* b;        // [rows, groups * d_state]
+  const float* c;        // [rows, groups * d_state]
+  const float* d;        // [heads]
+  const float* dt_bias;  // [heads]
+  float* state;          // [state_rows + 1, heads, headdim, d_state], contiguous
+  float* y;              // [rows, heads * headdim]
+  int64_t x_stride, dt_stride, b_stride, c_stride, y_stride;
+  const int32_t* cu_seqlens;       // [num_seqs + 1]
+  const int32_t* slots;            // [num_seqs]
+  const uint8_t* fresh;            // [num_seqs]
+  const int32_t* start_positions;  // [num_seqs]
+  int32_t num_seqs, rows, heads, headdim, d_state, groups;
+  // Local head h reads group (first_head + h) / heads_per_group (SsmScanOptions).
+  int32_t heads_per_group, first_head;
+  int32_t state_rows;  // the scratch row's index: never read, never written
+  float dt_min, dt_max;
+};
+
+// The chunked path's scratch, carved from one workspace allocation.
+struct SsdScratch {
+  SsdChunk* chunks;          // [chunks]
+  int32_t* seq_first_chunk;  // [num_seqs + 1]
+  float* dtv;                // [heads][rows]: dt'
+  double* cum;               // [heads][rows]: cumulative A dt' within the row's chunk
+  float* cb;                 // per chunk and group, [length][length] C B^T (lower triangle)
+  float* states;             // [chunks][heads][headdim][d_state]
+};
+
+// Byte offsets of each part (256-byte aligned) and the total.
+struct SsdScratchLayout {
+  size_t chunks, seq_first_chunk, dtv, cum, cb, states, total;
+};
+
+inline size_t SsdAlignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+inline SsdScratchLayout LayoutSsdScratch(const SsdChunkPlan& plan, const SsmScanParams& p) {
+  const size_t chunks = plan.chunks.size();
+  const size_t per_row = static_cast<size_t>(p.heads) * static_cast<size_t>(p.rows);
+  const size_t sizes[] = {
+      sizeof(SsdChunk) * chunks,
+      sizeof(int32_t) * plan.seq_first_chunk.size(),
+      sizeof(float) * per_row,
+      sizeof(double) * per_row,
+      sizeof(float) * static_cast<size_t>(p.groups) * static_cast<size_t>(plan.cb_floats_per_group),
+      sizeof(float) * chunks * static_cast<size_t>(p.heads) * static_cast<size_t>(p.headdim) *
+          static_cast<size_t>(p.d_state)};
+  size_t offsets[6];
+  size_t at = 0;
+  for (int i = 0; i < 6; ++i) {
+    offsets[i] = at;
+    at += SsdAlignUp(sizes[i]);
+  }
+  return {offsets[0], offsets[1], offsets[2], offsets[3], offsets[4], offsets[5], at};
+}
+
+inline SsdScratch SsdScratchAt(void* base, const SsdScratchLayout& layout) {
+  char* bytes = static_cast<char*>(base);
+  return {reinterpret_cast<SsdChunk*>(bytes + layout.chunks),
+          reinterpret_cast<int32_t*>(bytes + layout.seq_first_chunk),
+          reinterpret_cast<float*>(bytes + layout.dtv),
+          reinterpret_cast<double*>(bytes + layout.cum),
+          reinterpret_cast<float*>(bytes + layout.cb),
+          reinterpret_cast<float*>(bytes + layout.states)};
+}
+
+// dt' = clamp(softplus(dt + bias), dt_min, dt_max), softplus in double as the CPU
+// reference computes it (one value per token and head: the cost is nil).
+COIL_HOST_DEVICE inline float SsmDt(const SsmScanParams& p, int64_t row, int32_t head) {
+  const double v = static_cast<double>(p.dt[row * p.dt_stride + head]) + p.dt_bias[head];
+  const double sp = v > 20.0 ? v : log1p(exp(v));
+  return fminf(fmaxf(static_cast<float>(sp), p.dt_min), p.dt_max);
+}
+
+// A = -exp(a_log), as the CPU computes it.
+COIL_HOST_DEVICE inline float SsmA(const SsmScanParams& p, int32_t head) {
+  return -expf(p.a_log[head]);
+}
+
+COIL_HOST_DEVICE inline int32_t SsmGroupOf(const SsmScanParams& p, int32_t head) {
+  return (p.first_head + head) / p.heads_per_group;
+}
+
+// ---- decode: the one-token update of runs of one token.
+
+// kVec consecutive floats; one 16-byte access on the GPU when kVec == 4 (the caller
+// guarantees the alignment).
+template <int kVec>
+COIL_HOST_DEVICE inline void SsmLoadVec(const float* src, float* dst) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (kVec == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(src);
+    dst[0] = v.x;
+    dst[1] = v.y;
+    dst[2] = v.z;
+    dst[3] = v.w;
+  } else {
+    for (int v = 0; v < kVec; ++v) dst[v] = src[v];
+  }
+#else
+  for (int v = 0; v < kVec; ++v) dst[v] = src[v];
+#endif
+}
+
+template <int kVec>
+COIL_HOST_DEVICE inline void SsmStoreVec(const float* src, float* dst) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (kVec == 4) {
+    *reinterpret_cast<float4*>(dst) = make_float4(src[0], src[1], src[2], src[3]);
+  } else {
+    for (int v = 0; v < kVec; ++v) dst[v] = src[v];
+  }
+#else
+  for (int v = 0; v < kVec; ++v) dst[v] = src[v];
+#endif
+}
+
+// One lane's share (lane in [0, 32)) of the update of state rows p_base .. p_base + kRows - 1
+// of one (sequence, head): the columns n0 + (j * 32 + lane) * kVec + v of each span n0 of
+// 32 kVec kSteps columns. Loads all of a span's values first (kRows * kSteps independent
+// loads in flight), then h = h * decay + xdt[r] b[n], acc[r] += h c[n], and stores h back
+// unless the row is the scratch row. `state` is the (slot, head) block [headdim][d_state];
+// `zero` starts from zeros instead of reading it (fresh, or the scratch row). With kVec 4,
+// d_state % 4 == 0 and `state` is 16-byte aligned, so a vector starting below d_state ends
+// inside the row.
+template <int kVec, int kSteps, int kRows>
+COIL_HOST_DEVICE inline void SsmDecodeLane(const SsmScanParams& p, const float* b_row,
+                                           const float* c_row, float* state, bool zero,
+                                           bool scratch, float decay, const float* xdt,
+                                           int32_t p_base, int lane, float* acc) {
+  constexpr int kPerLane = kVec * kSteps;
+  constexpr int kSpan = 32 * kPerLane;
+  const int32_t N = p.d_state, P = p.headdim;
+  for (int32_t n0 = 0; n0 < N; n0 += kSpan) {
+    float h[kRows][kPerLane];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int r = 0; r < kRows; ++r) {
+      const int32_t pr = p_base + r;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int j = 0; j < kSteps; ++j) {
+        const int32_t n = n0 + (j * 32 + lane) * kVec;
+        if (!zero && pr < P && n < N) {
+          SsmLoadVec<kVec>(state + static_cast<int64_t>(pr) * N + n, &h[r][j * kVec]);
+        } else {
+          for (int v = 0; v < kVec; ++v) h[r][j * kVec + v] = 0.0f;
+        }
+      }
+    }
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int r = 0; r < kRows; ++r) {
+      const int32_t pr = p_base + r;
+      if (pr >= P) continue;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int j = 0; j < kSteps; ++j) {
+        const int32_t n = n0 + (j * 32 + lane) * kVec;
+        if (n >= N) continue;
+        float* hv = &h[r][j * kVec];
+        for (int v = 0; v < kVec; ++v) {
+          hv[v] = hv[v] * decay + xdt[r] * b_row[n + v];
+          acc[r] = acc[r] + hv[v] * c_row[n + v];
+        }
+        if (!scratch) SsmStoreVec<kVec>(hv, state + static_cast<int64_t>(pr) * N + n);
+      }
+    }
+  }
+}
+
+// ---- chunked path; t and s are token indices within the chunk.
+
+// Index of (head, packed row) in the dtv and cum arrays.
+COIL_HOST_DEVICE inline int64_t SsdRowIndex(const SsmScanParams& p, int32_t head, int64_t row) {
+  return static_cast<int64_t>(head) * p.rows + row;
+}
+
+COIL_HOST_DEVICE inline float SsdB(const SsmScanParams& p, const SsdChunk& chunk, int32_t group,
+                                   int32_t s, int32_t n) {
+  return p.b[(static_cast<int64_t>(chunk.row0) + s) * p.b_stride +
+             static_cast<int64_t>(group) * p.d_state + n];
+}
+
+COIL_HOST_DEVICE inline float SsdC(const SsmScanParams& p, const SsdChunk& chunk, int32_t group,
+                                   int32_t t, int32_t n) {
+  return p.c[(static_cast<int64_t>(chunk.row0) + t) * p.c_stride +
+             static_cast<int64_t>(group) * p.d_state + n];
+}
+
+COIL_HOST_DEVICE inline float SsdX(const SsmScanParams& p, const SsdChunk& chunk, int32_t head,
+                                   int32_t s, int32_t col) {
+  return p.x[(static_cast<int64_t>(chunk.row0) + s) * p.x_stride +
+             static_cast<int64_t>(head) * p.headdim + col];
+}
+
+// The chunk's C B^T block of one group: [length][length], row t, column s.
+COIL_HOST_DEVICE inline float* SsdCbBlock(const SsdScratch& w, const SsdChunk& chunk,
+                                          int32_t group) {
+  return w.cb + chunk.cb_offset + static_cast<int64_t>(group) * chunk.length * chunk.length;
+}
+
+// States of chunk `k` and `head`: [headdim][d_state].
+COIL_HOST_DEVICE inline float* SsdChunkState(const SsmScanParams& p, const SsdScratch& w, int64_t k,
+                                             int32_t head) {
+  return w.states + (k * p.heads + head) * static_cast<int64_t>(p.headdim) * p.d_state;
+}
+
+// The chunk-state operand exp(cum_end - cum_s) dt'_s x_s[col]: the chunk's own state is
+// sum_s of it times B_s[n].
+COIL_HOST_DEVICE inline float SsdStateX(const SsmScanParams& p, const SsdScratch& w,
+                                        const SsdChunk& chunk, int32_t head, int32_t s,
+                                        int32_t col) {
+  const int64_t base = SsdRowIndex(p, head, chunk.row0);
+  const double cum_end = w.cum[base + chunk.length - 1];
+  const float weight = expf(static_cast<float>(cum_end - w.cum[base + s])) * w.dtv[base + s];
+  return weight * SsdX(p, chunk, head, s, col);
+}
+
+// Phase 3 for one state element `e` (= row * d_state + column) of one sequence and head:
+// the slot (zero when fresh; the scratch row is never read) is carried through the
+// sequence's chunks; each chunk's own state is replaced by the state entering it, and the
+// final state goes back to the slot. Reading the slot first and writing it last in the same
+// thread is what makes the in-place update safe.
+COIL_HOST_DEVICE inline void SsdPassState(const SsmScanParams& p, const SsdScratch& w, int32_t seq,
+                                          int32_t head, int64_t e) {
+  const int32_t first = w.seq_first_chunk[seq], last = w.seq_first_chunk[seq + 1];
+  if (first == last) return;  // a run of one token: the decode kernel's
+  const int64_t per_head = static_cast<int64_t>(p.headdim) * p.d_state;
+  const int32_t slot = p.slots[seq];
+  const bool scratch = slot == p.state_rows;
+  float* slot_state = p.state + (static_cast<int64_t>(slot) * p.heads + head) * per_head + e;
+  float h = scratch || p.fresh[seq] != 0 ? 0.0f : *slot_state;
+  for (int32_t k = first; k < last; ++k) {
+    const SsdChunk chunk = w.chunks[k];
+    float* own = SsdChunkState(p, w, k, head) + e;
+    const float chunk_state = *own;
+    *own = h;
+    const double cum_end = w.cum[SsdRowIndex(p, head, chunk.row0) + chunk.length - 1];
+    h = h * expf(static_cast<float>(cum_end)) + chunk_state;
+  }
+  if (!scratch) *slot_state = h;
+}
+
+// The chunk scan's operands: y_t[col] = sum_n (exp(cum_t) C_t[n]) h_prev[col][n]
+//   + sum_{s <= t} coef(t, s) x_s[col] + D x_t[col].
+COIL_HOST_DEVICE inline float SsdScanC(const SsmScanParams& p, const SsdScratch& w,
+                                       const SsdChunk& chunk, int32_t head, int32_t group,
+                                       int32_t t, int32_t n) {
+  const double cum_t = w.cum[SsdRowIndex(p, head, chunk.row0) + t];
+  return SsdC(p, chunk, group, t, n) * expf(static_cast<float>(cum_t));
+}
+
+// coef(t, s) = (C_t . B_s) exp(cum_t - cum_s) dt'_s, for s <= t only (C B^T's upper
+// triangle is never written: the caller masks with a branch).
+COIL_HOST_DEVICE inline float SsdScanCoef(const SsmScanParams& p, const SsdScratch& w,
+                                          const SsdChunk& chunk, int32_t head, int32_t group,
+                                          int32_t t, int32_t s) {
+  const int64_t base = SsdRowIndex(p, head, chunk.row0);
+  const float cb = SsdCbBlock(w, chunk, group)[static_cast<int64_t>(t) * chunk.length + s];
+  return cb * expf(static_cast<float>(w.cum[base + t] - w.cum[base + s])) * w.dtv[base + s];
+}
+
+COIL_HOST_DEVICE inline float* SsdY(const SsmScanParams& p, const SsdChunk& chunk, int32_t head,
+                                    int32_t t) {
+  return p.y + (static_cast<int64_t>(chunk.row0) + t) * p.y_stride +
+         static_cast<int64_t>(head) * p.headdim;
+}
+
+}  // namespace coil::cuda
+
+#endif  // COIL_KERNELS_CUDA_SSM_SCAN_MATH_H_

@@ -1,0 +1,332 @@
+// The CUDA scan emulated on the host: the decode kernel's lane bodies (SsmDecodeLane, for
+// all 32 lanes of each warp, in every (vector width, loads per lane) form) for runs of one
+// token, and the chunked path's four phases in plain loops over the same chunk list,
+// scratch layout and per-element formulas (ssm_scan_math.h) for longer runs, against the
+// CPU backend's reference mode (the token-by-token recurrence). What this cannot check is
+// GPU-only: the 64x64 tiling, the warp scans and shuffles, the device-built chunk list
+// (built with the same geometry: ssd_chunks_test) and the launch geometry. Runs without a
+// GPU.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/backend_factory.h"
+#include "kernels/cuda/ssd_chunks.h"
+#include "kernels/cuda/ssm_scan_math.h"
+#include "tests/unit/kernels/op_test_util.h"
+
+namespace coil::cuda {
+namespace {
+
+struct Shape {
+  int32_t heads, headdim, d_state, groups;
+  int64_t chunk;
+  int32_t heads_per_group = 0, first_head = 0;
+};
+
+// The phases as the kernels order them, with fp32 accumulation; writes y rows and slots of
+// the runs of two or more tokens only (the decode kernel's runs are left alone).
+void EmulateChunkedScan(const SsmScanParams& p, const RecurrentBatch& batch, int64_t chunk) {
+  const SsdChunkPlan plan = BuildSsdChunkPlan(batch, chunk, p.groups);
+  const SsdScratchLayout layout = LayoutSsdScratch(plan, p);
+  std::vector<double> memory(layout.total / sizeof(double) + 1);
+  const SsdScratch w = SsdScratchAt(memory.data(), layout);
+  std::memcpy(w.chunks, plan.chunks.data(), plan.chunks.size() * sizeof(SsdChunk));
+  std::memcpy(w.seq_first_chunk, plan.seq_first_chunk.data(),
+              plan.seq_first_chunk.size() * sizeof(int32_t));
+  const int64_t chunks = static_cast<int64_t>(plan.chunks.size());
+  const int32_t P = p.headdim, N = p.d_state;
+  // Phase 1: dt' and the cumulative sums.
+  for (int64_t k = 0; k < chunks; ++k) {
+    const SsdChunk ch = w.chunks[k];
+    for (int32_t head = 0; head < p.heads; ++head) {
+      const float a = SsmA(p, head);
+      const int64_t base = SsdRowIndex(p, head, ch.row0);
+      double cum = 0.0;
+      for (int32_t t = 0; t < ch.length; ++t) {
+        const float v = SsmDt(p, int64_t{ch.row0} + t, head);
+        cum += static_cast<double>(a * v);
+        w.dtv[base + t] = v;
+        w.cum[base + t] = cum;
+      }
+    }
+  }
+  // Phase 2: C B^T (lower triangle) and each chunk's own state.
+  for (int64_t k = 0; k < chunks; ++k) {
+    const SsdChunk ch = w.chunks[k];
+    for (int32_t g = 0; g < p.groups; ++g) {
+      for (int32_t t = 0; t < ch.length; ++t) {
+        for (int32_t s = 0; s <= t; ++s) {
+          float acc = 0.0f;
+          for (int32_t n = 0; n < N; ++n) acc += SsdC(p, ch, g, t, n) * SsdB(p, ch, g, s, n);
+          SsdCbBlock(w, ch, g)[int64_t{t} * ch.length + s] = acc;
+        }
+      }
+    }
+    for (int32_t head = 0; head < p.heads; ++head) {
+      const int32_t g = SsmGroupOf(p, head);
+      float* own = SsdChunkState(p, w, k, head);
+      for (int32_t row = 0; row < P; ++row) {
+        for (int32_t n = 0; n < N; ++n) {
+          float acc = 0.0f;
+          for (int32_t s = 0; s < ch.length; ++s) {
+            acc += SsdStateX(p, w, ch, head, s, row) * SsdB(p, ch, g, s, n);
+          }
+          own[int64_t{row} * N + n] = acc;
+        }
+      }
+    }
+  }
+  // Phase 3: state passing.
+  for (int32_t s = 0; s < p.num_seqs; ++s) {
+    for (int32_t head = 0; head < p.heads; ++head) {
+      for (int64_t e = 0; e < int64_t{P} * N; ++e) SsdPassState(p, w, s, head, e);
+    }
+  }
+  // Phase 4: the chunk scan.
+  for (int64_t k = 0; k < chunks; ++k) {
+    const SsdChunk ch = w.chunks[k];
+    for (int32_t head = 0; head < p.heads; ++head) {
+      const int32_t g = SsmGroupOf(p, head);
+      const float* h_prev = SsdChunkState(p, w, k, head);
+      for (int32_t t = 0; t < ch.length; ++t) {
+        float* y = SsdY(p, ch, head, t);
+        for (int32_t col = 0; col < P; ++col) {
+          float acc = 0.0f;
+          for (int32_t n = 0; n < N; ++n) {
+            acc += SsdScanC(p, w, ch, head, g, t, n) * h_prev[int64_t{col} * N + n];
+          }
+          for (int32_t s = 0; s <= t; ++s) {
+            acc += SsdScanCoef(p, w, ch, head, g, t, s) * SsdX(p, ch, head, s, col);
+          }
+          y[col] = acc + p.d[head] * SsdX(p, ch, head, t, col);
+        }
+      }
+    }
+  }
+}
+
+// The decode kernel for every run of one token: one (sequence, head) at a time, rows in
+// groups of kRows (a warp's), the 32 lanes' partial sums added as the shuffles would.
+template <int kVec, int kSteps>
+void EmulateDecode(const SsmScanParams& p) {
+  constexpr int kRows = 4;
+  const int32_t P = p.headdim, N = p.d_state;
+  for (int32_t seq = 0; seq < p.num_seqs; ++seq) {
+    const int64_t row = p.cu_seqlens[seq];
+    if (p.cu_seqlens[seq + 1] - row != 1) continue;
+    for (int32_t head = 0; head < p.heads; ++head) {
+      const int64_t group = SsmGroupOf(p, head);
+      const float* b_row = p.b + row * p.b_stride + group * N;
+      const float* c_row = p.c + row * p.c_stride + group * N;
+      const float dtv = SsmDt(p, row, head);
+      const float decay = expf(SsmA(p, head) * dtv);
+      const int32_t slot = p.slots[seq];
+      const bool scratch = slot == p.state_rows;
+      float* state = p.state + (int64_t{slot} * p.heads + head) * P * N;
+      const float* x_row = p.x + row * p.x_stride + int64_t{head} * P;
+      float* y_row = p.y + row * p.y_stride + int64_t{head} * P;
+      for (int32_t p_base = 0; p_base < P; p_base += kRows) {
+        float xdt[kRows], total[kRows] = {};
+        for (int r = 0; r < kRows; ++r) xdt[r] = p_base + r < P ? x_row[p_base + r] * dtv : 0.0f;
+        for (int lane = 0; lane < 32; ++lane) {
+          float acc[kRows] = {};
+          SsmDecodeLane<kVec, kSteps, kRows>(p, b_row, c_row, state, scratch || p.fresh[seq] != 0,
+                                             scratch, decay, xdt, p_base, lane, acc);
+          for (int r = 0; r < kRows; ++r) total[r] += acc[r];
+        }
+        for (int r = 0; r < kRows && p_base + r < P; ++r) {
+          y_row[p_base + r] = total[r] + p.d[head] * x_row[p_base + r];
+        }
+      }
+    }
+  }
+}
+
+struct Case {
+  Shape shape;
+  std::vector<int32_t> runs;  // 0: one token on the scratch row; -L: L tokens on it
+  int state_rows;
+  int32_t max_start;
+};
+
+std::string CaseName(const Case& c) {
+  std::string runs;
+  for (int32_t r : c.runs) {
+    absl::StrAppend(&runs, runs.empty() ? "" : "_",
+                    r < 0 ? absl::StrCat("scratch", -r) : absl::StrCat(r));
+  }
+  return absl::StrCat("h", c.shape.heads, "_p", c.shape.headdim, "_ds", c.shape.d_state, "_g",
+                      c.shape.groups, "_chunk", c.shape.chunk, "_hpg", c.shape.heads_per_group,
+                      "_runs", runs);
+}
+
+// One case's batch and inputs, and the reference's y and state pool.
+struct Problem {
+  RecurrentBatch batch;
+  int64_t rows = 0, hp = 0, gn = 0, width = 0, state_floats = 0;
+  std::vector<float> packed, a_log, d, dt_bias, initial, want_state, want_y;
+  SsmScanOptions options;
+};
+
+Problem MakeProblem(const Case& c) {
+  const Shape& sh = c.shape;
+  Problem pr;
+  std::mt19937_64 rng(::coil::testing::SeedFromName(CaseName(c)));
+  const std::vector<int32_t> slots =
+      ::coil::testing::ShuffledSlots(rng, static_cast<int>(c.runs.size()), c.state_rows);
+  std::uniform_int_distribution<int32_t> position(0, c.max_start);
+  for (size_t s = 0; s < c.runs.size(); ++s) {
+    const int32_t run = c.runs[s];
+    if (run <= 0) {
+      pr.batch.Add(run == 0 ? 1 : -run, c.state_rows, s % 2 == 0, position(rng));
+      continue;
+    }
+    const bool fresh = s % 3 == 0;
+    pr.batch.Add(run, slots[s], fresh, fresh ? 0 : position(rng));
+  }
+  pr.rows = pr.batch.cu_seqlens.back();
+  pr.hp = int64_t{sh.heads} * sh.headdim;
+  pr.gn = int64_t{sh.groups} * sh.d_state;
+  pr.width = pr.hp + 2 * pr.gn + sh.heads;  // [x | B | C | dt]
+  pr.packed = ::coil::testing::RandomFloats(rng, pr.rows * pr.width);
+  pr.a_log = ::coil::testing::RandomFloats(rng, sh.heads, 0.0f, 2.5f);
+  pr.d = ::coil::testing::RandomFloats(rng, sh.heads);
+  pr.dt_bias = ::coil::testing::RandomFloats(rng, sh.heads, -4.0f, -1.0f);
+  pr.state_floats = int64_t{sh.heads} * sh.headdim * sh.d_state;
+  pr.initial = ::coil::testing::RandomFloats(rng, (c.state_rows + 1) * pr.state_floats);
+  pr.options.chunk_size = sh.chunk;
+  pr.options.heads_per_group = sh.heads_per_group;
+  pr.options.first_head_in_group = sh.first_head;
+
+  auto reference = CreateBackend(BackendKind::kCpu, {.threads = 1, .use_reference = true});
+  EXPECT_TRUE(reference.ok()) << reference.status();
+  pr.want_state = pr.initial;
+  pr.want_y.assign(pr.rows * pr.hp, 0.0f);
+  const Tensor packed_t(pr.packed.data(), DType::kF32, {pr.rows, pr.width});
+  const absl::Status status =
+      (*reference)
+          ->SsmScan(packed_t.Columns(0, pr.hp), packed_t.Columns(pr.hp + 2 * pr.gn, sh.heads),
+                    Tensor(pr.a_log.data(), DType::kF32, {sh.heads}),
+                    packed_t.Columns(pr.hp, pr.gn), packed_t.Columns(pr.hp + pr.gn, pr.gn),
+                    Tensor(pr.d.data(), DType::kF32, {sh.heads}),
+                    Tensor(pr.dt_bias.data(), DType::kF32, {sh.heads}), pr.options, pr.batch,
+                    Tensor(pr.want_state.data(), DType::kF32,
+                           {c.state_rows + 1, sh.heads, sh.headdim, sh.d_state}),
+                    Tensor(pr.want_y.data(), DType::kF32, {pr.rows, pr.hp}));
+  EXPECT_TRUE(status.ok()) << status;
+  return pr;
+}
+
+// The launcher's parameters over the problem's host arrays, writing `state` and `y`.
+SsmScanParams ParamsOf(const Case& c, Problem& pr, std::vector<float>& state,
+                       std::vector<float>& y) {
+  const Shape& sh = c.shape;
+  SsmScanParams p{};
+  p.x = pr.packed.data();
+  p.b = pr.packed.data() + pr.hp;
+  p.c = pr.packed.data() + pr.hp + pr.gn;
+  p.dt = pr.packed.data() + pr.hp + 2 * pr.gn;
+  p.x_stride = p.b_stride = p.c_stride = p.dt_stride = pr.width;
+  p.a_log = pr.a_log.data();
+  p.d = pr.d.data();
+  p.dt_bias = pr.dt_bias.data();
+  p.state = state.data();
+  p.y = y.data();
+  p.y_stride = pr.hp;
+  p.cu_seqlens = pr.batch.cu_seqlens.data();
+  p.slots = pr.batch.slots.data();
+  p.fresh = pr.batch.fresh.data();
+  p.start_positions = pr.batch.start_positions.data();
+  p.num_seqs = pr.batch.num_seqs();
+  p.rows = static_cast<int32_t>(pr.rows);
+  p.heads = sh.heads;
+  p.headdim = sh.headdim;
+  p.d_state = sh.d_state;
+  p.groups = sh.groups;
+  p.heads_per_group = sh.heads_per_group > 0 ? sh.heads_per_group : sh.heads / sh.groups;
+  p.first_head = sh.heads_per_group > 0 ? sh.first_head : 0;
+  p.state_rows = c.state_rows;
+  p.dt_min = pr.options.dt_min;
+  p.dt_max = pr.options.dt_max;
+  return p;
+}
+
+// y (every row written) and the state pool (the slots the batch uses like the reference,
+// every other row, the scratch row too, bit for bit as it was).
+void ExpectMatches(const Case& c, const Problem& pr, const std::vector<float>& state,
+                   const std::vector<float>& y) {
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_FALSE(std::isnan(y[i])) << "y[" << i << "]";
+  EXPECT_LE(::coil::testing::Nmse(y, pr.want_y), 1e-7);
+  for (int row = 0; row <= c.state_rows; ++row) {
+    bool used = false;
+    for (int s = 0; s < pr.batch.num_seqs(); ++s) {
+      used |= pr.batch.slots[s] == row && row != c.state_rows;
+    }
+    const std::vector<float> got(state.begin() + row * pr.state_floats,
+                                 state.begin() + (row + 1) * pr.state_floats);
+    if (used) {
+      const std::vector<float> want(pr.want_state.begin() + row * pr.state_floats,
+                                    pr.want_state.begin() + (row + 1) * pr.state_floats);
+      EXPECT_LE(::coil::testing::Nmse(got, want), 1e-7) << "slot " << row;
+    } else {
+      EXPECT_EQ(0, std::memcmp(got.data(), pr.initial.data() + row * pr.state_floats,
+                               pr.state_floats * sizeof(float)))
+          << "slot " << row << " is not in the batch but changed";
+    }
+  }
+}
+
+class SsmEmulationTest : public ::testing::TestWithParam<Case> {};
+
+// Decode and chunked paths together, as LaunchSsmScan dispatches them, for each form of
+// the decode kernel d_state allows (vector loads need d_state % 4 == 0).
+TEST_P(SsmEmulationTest, MatchesTheReferenceRecurrence) {
+  const Case& c = GetParam();
+  Problem pr = MakeProblem(c);
+  using Decode = void (*)(const SsmScanParams&);
+  std::vector<std::pair<std::string, Decode>> forms = {
+      {"v1s1", EmulateDecode<1, 1>}, {"v1s2", EmulateDecode<1, 2>}, {"v1s4", EmulateDecode<1, 4>}};
+  if (c.shape.d_state % 4 == 0) {
+    forms.push_back({"v4s1", EmulateDecode<4, 1>});
+    forms.push_back({"v4s2", EmulateDecode<4, 2>});
+    forms.push_back({"v4s4", EmulateDecode<4, 4>});
+  }
+  for (const auto& [name, decode] : forms) {
+    SCOPED_TRACE(name);
+    std::vector<float> state = pr.initial, y(pr.rows * pr.hp, std::nanf(""));
+    const SsmScanParams p = ParamsOf(c, pr, state, y);
+    decode(p);
+    EmulateChunkedScan(p, pr.batch, c.shape.chunk);
+    ExpectMatches(c, pr, state, y);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, SsmEmulationTest,
+    ::testing::Values(
+        // Chunk boundaries inside and across runs, decode runs and padding mixed in.
+        Case{{4, 8, 16, 2, 8}, {20, 1, 3, 9, 2, 0}, 7, 40},
+        // Heads starting inside a group (5 heads from head 2 of groups of 3: 3 groups).
+        Case{{5, 8, 16, 3, 8, 3, 2}, {19, 1, 33}, 4, 100},
+        // Chunks longer than one 64-row tile; headdim above one tile.
+        Case{{2, 80, 24, 1, 100}, {300, 65, 2}, 4, 1000},
+        // chunk_size 1: every chunk one token.
+        Case{{2, 4, 8, 1, 1}, {5, 3}, 2, 10},
+        // A long prompt resuming far into its sequence, and a run on the scratch row.
+        Case{{2, 4, 8, 1, 256}, {3000, 700, -5}, 3, 5000},
+        // Decode only: d_state below one lane's span, not a multiple of 4, across several
+        // spans (600 > 512 columns), and headdim not a multiple of the warp's 4 rows.
+        Case{{3, 8, 16, 3, 8}, {1, 0, 1, 0, 0, 1}, 6, 100},
+        Case{{2, 6, 42, 1, 8}, {1, 1, 1}, 4, 100}, Case{{1, 5, 600, 1, 8}, {1, 0, 1, 2}, 4, 100},
+        Case{{2, 16, 128, 2, 8, 1, 0}, {1, 1, 0}, 3, 100}),
+    [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
+
+}  // namespace
+}  // namespace coil::cuda
