@@ -189,7 +189,7 @@ int Main(int argc, char** argv) {
                 absl::GetFlag(FLAGS_threads), (*m)->weight_bytes() >> 20);
     if (bandwidth > 0 || peak > 0) {
       std::printf("bounds: %.0f GB/s (decode: weights + state read and written once per sequence), "
-                  "%.0f TFLOP/s (prefill: 2 flops per weight and token)\n",
+                  "%g TFLOP/s (prefill: 2 flops per weight and token)\n",
                   bandwidth / 1e9, peak / 1e12);
     }
     std::printf("| phase | batch | tokens/s | ms/step | comm share | bound ms/step | of bound |\n"

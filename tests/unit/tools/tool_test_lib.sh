@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced: $make_model in, $prompt_ids out
 # Sourced by the tool tests: a scratch folder with a tiny random model, and the tally of
 # named checks. Expects $make_model; sets $work and $prompt_ids.
 work=$(mktemp -d)
