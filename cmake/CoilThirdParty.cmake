@@ -27,6 +27,11 @@ elseif(EXISTS "${COIL_THIRD_PARTY_LOCAL}/absl/include/absl/base/config.h")
   add_library(coil_absl_carried INTERFACE)
   target_include_directories(coil_absl_carried SYSTEM INTERFACE "${COIL_THIRD_PARTY_LOCAL}/absl/include")
   target_link_libraries(coil_absl_carried INTERFACE "$<LINK_GROUP:RESCAN,${COIL_ABSL_GROUP}>" Threads::Threads)
+  # Abseil 20220623 predates GCC 13, whose standard headers stopped including <cstdint> on
+  # the way; the GPU machine's compiler may be that new, so every file gets it first.
+  target_compile_options(coil_absl_carried INTERFACE
+    "$<$<COMPILE_LANGUAGE:CXX>:SHELL:-include cstdint>"
+    "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:--pre-include cstdint>")
   foreach(name IN LISTS COIL_ABSL_TARGETS)
     add_library(absl::${name} ALIAS coil_absl_carried)
   endforeach()
