@@ -68,8 +68,10 @@ EOF
 }
 find_nccl || echo "NCCL: not found beside the toolkit or in Python's packages; configure will say"
 
-if [[ ! -d third_party_local/absl && ! -d /usr/include/absl ]]; then
-  echo "third_party_local/absl is missing: run scripts/device_bundle.sh on a Debian machine first" >&2
+if [[ -d third_party_local ]]; then
+  echo "third_party_local: $(du -sh third_party_local | cut -f1)"
+elif [[ ! -d /usr/include/absl ]]; then
+  echo "third_party_local/ is missing: run scripts/device_bundle.sh on a Debian machine and carry it" >&2
 fi
 
 # ---- configure and build (only the device targets) ----
