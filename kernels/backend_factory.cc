@@ -35,4 +35,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
   return absl::InvalidArgumentError("unknown backend kind");
 }
 
+absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view text) {
+  if (text == "cpu") return BackendKind::kCpu;
+  if (text == "cuda") return BackendKind::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown device \"", text, "\"; use cpu or cuda"));
+}
+
 }  // namespace coil

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/backend.h"
 
 namespace coil {
@@ -22,6 +23,10 @@ struct BackendOptions {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
                                                        const BackendOptions& options = {});
+
+// "cpu" or "cuda" (what a --device flag takes), whether or not this build has the backend:
+// CreateBackend says what is missing.
+absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view text);
 
 }  // namespace coil
 

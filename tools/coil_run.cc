@@ -1,10 +1,13 @@
 // coil-run: the offline runner. Loads a model, runs a prompt through it with plans it
 // builds itself (prefill in chunks, then one decode step per token), and prints the
 // generated ids and text with prefill and decode speeds. Under `mpirun -np N` rank 0
-// drives and the other ranks execute the same plans on their shards.
+// drives and the other ranks execute the same plans on their shards (MPI builds only; a
+// build without MPI runs one process). With --device cuda rank r uses local GPU r and the
+// model's collectives go through NCCL; step statuses and sampling stay on the host
+// communicator. A build without the tokenizer (no ICU) takes --ids only.
 //
 //   coil-run --model DIR (--prompt TEXT | --ids 1,2,3) [--max-tokens N] [--threads T]
-//            [--temperature T --top-k K --top-p P --min-p P --seed S]
+//            [--device cpu|cuda] [--temperature T --top-k K --top-p P --min-p P --seed S]
 //            [--dump-logits FILE.npy] [--score FILE]
 #include <unistd.h>
 
@@ -15,6 +18,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -32,24 +36,35 @@
 #include "common/cpus.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/tokenizer_files.h"
 #include "kernels/backend_factory.h"
-#include "workers/comm/broadcast_channel.h"
 #include "workers/comm/communicator.h"
-#include "workers/comm/mpi_session.h"
+#include "workers/comm/local_rank.h"
+#include "workers/comm/single_rank_communicator.h"
 #include "workers/comm/step_status.h"
 #include "workers/model/checkpoint.h"
 #include "workers/model/mamba2_model.h"
 #include "workers/model_runner.h"
 #include "workers/npy.h"
+#if COIL_WITH_TOKENIZER
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/tokenizer_files.h"
+#endif
+#if COIL_WITH_MPI
+#include "workers/comm/broadcast_channel.h"
+#include "workers/comm/mpi_session.h"
 #include "workers/worker_loop.h"
+#endif
+#if COIL_WITH_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#include "workers/comm/nccl_communicator.h"
+#endif
 
 ABSL_FLAG(std::string, model, "", "model directory (config.json and weights)");
 ABSL_FLAG(std::string, prompt, "", "prompt text");
 ABSL_FLAG(std::string, ids, "", "prompt as comma-separated token ids, instead of --prompt");
 ABSL_FLAG(int32_t, max_tokens, 16, "tokens to generate");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0: the cores divided among the ranks)");
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda (rank r uses local GPU r)");
 ABSL_FLAG(std::string, weights, "auto", "matrix weight type: auto, f32 or bf16");
 ABSL_FLAG(bool, reference, false, "use the CPU reference kernels (token-by-token scan)");
 ABSL_FLAG(float, temperature, 0.0f, "sampling temperature (0: greedy)");
@@ -126,16 +141,87 @@ double LogSumExp(const float* row, int64_t vocab) {
   return top + std::log(sum);
 }
 
+// Text in and out: the GPT-NeoX tokenizer where the build has it (ICU found), else none,
+// and prompts are token ids.
+class TextCodec {
+ public:
+#if COIL_WITH_TOKENIZER
+  explicit TextCodec(std::unique_ptr<tokenizer::Tokenizer> tok) : tok_(std::move(tok)) {}
+#endif
+  static absl::StatusOr<std::unique_ptr<TextCodec>> Load(const std::string& model_dir,
+                                                         const std::string& tokenizer_file) {
+#if COIL_WITH_TOKENIZER
+    COIL_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
+                          tokenizer::LoadTokenizerForModel(model_dir, tokenizer_file));
+    return std::make_unique<TextCodec>(std::move(tok));
+#else
+    return absl::UnimplementedError(
+        "this build has no tokenizer (ICU was not found when it was configured); give the "
+        "prompt as --ids 1,2,3 or install libicu-dev and rebuild");
+#endif
+  }
+
+  absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text) const {
+#if COIL_WITH_TOKENIZER
+    return tok_->Encode(text);
+#else
+    return absl::UnimplementedError("this build has no tokenizer");
+#endif
+  }
+  absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const {
+#if COIL_WITH_TOKENIZER
+    return tok_->Decode(ids);
+#else
+    return absl::UnimplementedError("this build has no tokenizer");
+#endif
+  }
+  std::optional<int32_t> EndOfText() const {
+#if COIL_WITH_TOKENIZER
+    return tok_->AddedTokenId("<|endoftext|>");
+#else
+    return std::nullopt;
+#endif
+  }
+
+ private:
+#if COIL_WITH_TOKENIZER
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+#endif
+};
+
+#if COIL_WITH_MPI
+using Driver = StepDriver;
+#else
+// One process and no plan broadcast: rank 0's plans go straight to the runner.
+class Driver {
+ public:
+  Driver(ModelRunner& runner, comm::Communicator& comm, std::nullptr_t) : runner_(runner) {}
+  StepResult Run(const StepPlan& plan) { return runner_.Execute(plan); }
+  absl::StatusOr<std::vector<float>> RunAllLogits(const StepPlan& plan) {
+    return runner_.ExecuteAllLogits(plan);
+  }
+  absl::Status Shutdown() { return absl::OkStatus(); }
+
+ private:
+  ModelRunner& runner_;
+};
+#endif
+
 struct Session {
+#if COIL_WITH_MPI
   std::unique_ptr<comm::MpiSession> mpi;
-  std::unique_ptr<comm::Communicator> comm;
   std::unique_ptr<comm::BroadcastChannel> channel;
+#endif
+  // Host memory: the step status exchange, the sampler, the NCCL bootstrap.
+  std::unique_ptr<comm::Communicator> comm;
 };
 
 absl::StatusOr<Session> StartSession(int* argc, char*** argv) {
   Session session;
+  const char* world_size = std::getenv("OMPI_COMM_WORLD_SIZE");  // set by mpirun
+#if COIL_WITH_MPI
   comm::CommunicatorOptions options;
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {  // launched by mpirun
+  if (world_size != nullptr) {
     COIL_ASSIGN_OR_RETURN(session.mpi, comm::MpiSession::Init(argc, argv));
     options.kind = comm::CommunicatorKind::kMpi;
   }
@@ -143,12 +229,39 @@ absl::StatusOr<Session> StartSession(int* argc, char*** argv) {
   if (session.comm->size() > 1) {
     COIL_ASSIGN_OR_RETURN(session.channel, comm::BroadcastChannel::Create(0, comm::BackoffOptions{}));
   }
+#else
+  if (world_size != nullptr && absl::string_view(world_size) != "1") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "started as one of ", world_size, " ranks, but this build has no MPI (configured with "
+        "COIL_SERVING=OFF); run a single coil-run, or rebuild with -DCOIL_SERVING=ON"));
+  }
+  session.comm = std::make_unique<comm::SingleRankCommunicator>();
+#endif
   return session;
 }
 
+// The communicator the model's collectives use: the host one on the CPU or with one rank;
+// NCCL on the backend's stream with CUDA and several ranks (collective over `host`).
+absl::StatusOr<std::unique_ptr<comm::Communicator>> ModelCommunicator(comm::Communicator& host,
+                                                                      Backend& backend) {
+  if (backend.kind() != BackendKind::kCuda || host.size() == 1) {
+    return std::unique_ptr<comm::Communicator>();
+  }
+#if COIL_WITH_CUDA
+  auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) return absl::InternalError("a CUDA backend that is no CudaBackend");
+  COIL_ASSIGN_OR_RETURN(std::unique_ptr<comm::NcclCommunicator> nccl,
+                        comm::NcclCommunicator::Create(host, cuda_backend->device_index(),
+                                                       cuda_backend->stream()));
+  return std::unique_ptr<comm::Communicator>(std::move(nccl));
+#else
+  return absl::UnimplementedError("several GPU ranks need a build with CUDA and NCCL");
+#endif
+}
+
 // Rank 0's work: generate, dump logits, score.
-absl::Status Drive(StepDriver& driver, const model::ModelConfig& config,
-                   const tokenizer::Tokenizer* tok, const std::vector<int32_t>& prompt) {
+absl::Status Drive(Driver& driver, const model::ModelConfig& config, const TextCodec* tok,
+                   const std::vector<int32_t>& prompt) {
   const int32_t chunk = static_cast<int32_t>(config.chunk_size);
   const int32_t max_piece = absl::GetFlag(FLAGS_prefill_chunk);
   uint64_t step_id = 0;
@@ -194,7 +307,7 @@ absl::Status Drive(StepDriver& driver, const model::ModelConfig& config,
   sampling.seed = absl::GetFlag(FLAGS_seed);
   COIL_RETURN_IF_ERROR(ValidateSamplingParams(sampling));
   std::optional<int32_t> eos;
-  if (tok != nullptr && !absl::GetFlag(FLAGS_ignore_eos)) eos = tok->AddedTokenId("<|endoftext|>");
+  if (tok != nullptr && !absl::GetFlag(FLAGS_ignore_eos)) eos = tok->EndOfText();
 
   std::vector<int32_t> tokens = prompt;
   std::vector<int32_t> generated;
@@ -254,7 +367,7 @@ absl::Status Drive(StepDriver& driver, const model::ModelConfig& config,
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coil-run --model DIR (--prompt TEXT | --ids 1,2,3) [--max-tokens N] [--threads T] "
-      "[--dump-logits FILE.npy] [--score FILE]");
+      "[--device cpu|cuda] [--dump-logits FILE.npy] [--score FILE]");
   ParseDashedCommandLine(argc, argv);
   auto session = StartSession(&argc, &argv);
   if (!session.ok()) {
@@ -267,11 +380,18 @@ int Main(int argc, char** argv) {
 
   // Everything a rank needs before the first step; any rank's failure is every rank's.
   std::unique_ptr<Backend> backend;
+  std::unique_ptr<comm::Communicator> model_comm;  // null: the model uses `comm`
   std::unique_ptr<model::Checkpoint> checkpoint;
   std::unique_ptr<model::Mamba2Model> model;
   std::unique_ptr<ModelRunner> runner;
-  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::unique_ptr<TextCodec> tok;
   std::vector<int32_t> prompt;
+  // Any rank's failure is every rank's: each phase ends with a status exchange, so that
+  // every rank that enters the collective NCCL set-up has a backend.
+  const auto exchange = [&comm](const absl::Status& status) {
+    auto failures = comm::AllReduceStepStatus(comm, status);
+    return failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
+  };
   absl::Status status = [&]() -> absl::Status {
     const std::string model_dir = absl::GetFlag(FLAGS_model);
     if (model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
@@ -279,52 +399,66 @@ int Main(int argc, char** argv) {
         absl::GetFlag(FLAGS_score).empty()) {
       return absl::InvalidArgumentError("give exactly one of --prompt TEXT and --ids 1,2,3");
     }
-    const int threads = ChooseThreads(absl::GetFlag(FLAGS_threads), comm.size());
+    COIL_ASSIGN_OR_RETURN(const BackendKind device, ParseBackendKind(absl::GetFlag(FLAGS_device)));
     BackendOptions backend_options;
-    backend_options.threads = threads;
+    backend_options.threads = ChooseThreads(absl::GetFlag(FLAGS_threads), comm.size());
     backend_options.use_reference = absl::GetFlag(FLAGS_reference);
-    COIL_ASSIGN_OR_RETURN(backend, CreateBackend(BackendKind::kCpu, backend_options));
-    COIL_ASSIGN_OR_RETURN(checkpoint, model::OpenCheckpoint(model_dir));
-    model::LoadOptions load;
-    COIL_ASSIGN_OR_RETURN(load.weight_type, model::ParseWeightType(absl::GetFlag(FLAGS_weights)));
-    COIL_ASSIGN_OR_RETURN(model, model::Mamba2Model::Load(*checkpoint, *backend, comm, load));
-    COIL_ASSIGN_OR_RETURN(runner, ModelRunner::Create(*model, *backend, comm, /*state_rows=*/1));
-    if (rank != 0) return absl::OkStatus();
-    auto loaded = tokenizer::LoadTokenizerForModel(model_dir, absl::GetFlag(FLAGS_tokenizer));
-    if (loaded.ok()) {
-      tok = std::move(loaded).value();
-    } else if (absl::GetFlag(FLAGS_ids).empty() || !absl::GetFlag(FLAGS_tokenizer).empty()) {
-      return loaded.status();
+    if (device == BackendKind::kCuda) {
+      COIL_ASSIGN_OR_RETURN(backend_options.device_index, comm::LocalRankFromEnvironment());
     }
-    if (!absl::GetFlag(FLAGS_ids).empty()) {
-      COIL_ASSIGN_OR_RETURN(prompt, ParseIds(absl::GetFlag(FLAGS_ids)));
-    } else if (!absl::GetFlag(FLAGS_prompt).empty()) {
-      COIL_ASSIGN_OR_RETURN(prompt, tok->Encode(absl::GetFlag(FLAGS_prompt)));
-    }
-    for (int32_t id : prompt) {
-      if (id < 0 || id >= model->config().vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
-                                                       model->config().vocab_size, ")"));
-      }
-    }
-    if (prompt.empty() && absl::GetFlag(FLAGS_score).empty()) {
-      return absl::InvalidArgumentError("the prompt is empty; give some text or ids");
-    }
+    COIL_ASSIGN_OR_RETURN(backend, CreateBackend(device, backend_options));
     return absl::OkStatus();
   }();
-  auto failures = comm::AllReduceStepStatus(comm, status);
-  const absl::Status combined = failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
-  if (!combined.ok()) {
-    if (rank == 0) std::fprintf(stderr, "coil-run: %s\n", combined.ToString().c_str());
+  status = exchange(status);
+  if (status.ok()) {
+    status = [&]() -> absl::Status {
+      const std::string model_dir = absl::GetFlag(FLAGS_model);
+      COIL_ASSIGN_OR_RETURN(model_comm, ModelCommunicator(comm, *backend));
+      COIL_ASSIGN_OR_RETURN(checkpoint, model::OpenCheckpoint(model_dir));
+      model::LoadOptions load;
+      COIL_ASSIGN_OR_RETURN(load.weight_type, model::ParseWeightType(absl::GetFlag(FLAGS_weights)));
+      COIL_ASSIGN_OR_RETURN(model, model::Mamba2Model::Load(*checkpoint, *backend,
+                                                            model_comm ? *model_comm : comm, load));
+      COIL_ASSIGN_OR_RETURN(runner, ModelRunner::Create(*model, *backend, comm, /*state_rows=*/1));
+      if (rank != 0) return absl::OkStatus();
+      auto loaded = TextCodec::Load(model_dir, absl::GetFlag(FLAGS_tokenizer));
+      if (loaded.ok()) {
+        tok = std::move(loaded).value();
+      } else if (!absl::GetFlag(FLAGS_prompt).empty() || !absl::GetFlag(FLAGS_tokenizer).empty()) {
+        // Text needs the tokenizer; ids (and an ids --score file) do not.
+        return loaded.status();
+      }
+      if (!absl::GetFlag(FLAGS_ids).empty()) {
+        COIL_ASSIGN_OR_RETURN(prompt, ParseIds(absl::GetFlag(FLAGS_ids)));
+      } else if (!absl::GetFlag(FLAGS_prompt).empty()) {
+        COIL_ASSIGN_OR_RETURN(prompt, tok->Encode(absl::GetFlag(FLAGS_prompt)));
+      }
+      for (int32_t id : prompt) {
+        if (id < 0 || id >= model->config().vocab_size) {
+          return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                                                         model->config().vocab_size, ")"));
+        }
+      }
+      if (prompt.empty() && absl::GetFlag(FLAGS_score).empty()) {
+        return absl::InvalidArgumentError("the prompt is empty; give some text or ids");
+      }
+      return absl::OkStatus();
+    }();
+    status = exchange(status);
+  }
+  if (!status.ok()) {
+    if (rank == 0) std::fprintf(stderr, "coil-run: %s\n", status.ToString().c_str());
     return 1;
   }
   if (rank == 0) {
     COIL_LOG(INFO) << "loaded " << absl::GetFlag(FLAGS_model) << ": " << model->config().n_layer
                    << " layers, d_model " << model->config().d_model << ", "
                    << DTypeName(model->weight_dtype()) << " weights, "
-                   << model->weight_bytes() / (1 << 20) << " MiB on rank 0, TP " << comm.size();
+                   << model->weight_bytes() / (1 << 20) << " MiB on rank 0, TP " << comm.size()
+                   << ", " << backend->Name();
   }
 
+#if COIL_WITH_MPI
   if (rank != 0) {
     const absl::Status done = RunWorkerLoop(*runner, comm, *session->channel);
     if (!done.ok()) {
@@ -333,7 +467,10 @@ int Main(int argc, char** argv) {
     }
     return 0;
   }
-  StepDriver driver(*runner, comm, session->channel.get());
+  Driver driver(*runner, comm, session->channel.get());
+#else
+  Driver driver(*runner, comm, nullptr);
+#endif
   const absl::Status run = Drive(driver, model->config(), tok.get(), prompt);
   const absl::Status shutdown = driver.Shutdown();
   if (!run.ok()) {

@@ -1,13 +1,21 @@
-// The whole model's step time on the CPU: decode at batch 1, 8 and 32 and prefill of one
-// 512-token prompt, at TP1 or, under `mpirun -np N`, at TP N (every rank runs the same
-// plans; rank 0 prints). Reports tokens/s and the share of each step spent in collectives.
-// It prints figures and asserts nothing.
+// The whole model's step time: decode at batch 1, 8 and 32 and prefill of one 512-token
+// prompt (by default), on the CPU at TP1 or, under `mpirun -np N` in MPI builds, at TP N
+// (every rank runs the same plans; rank 0 prints), or on one GPU (--device cuda). Reports
+// tokens/s, the share of each step spent in collectives and, given the machine's memory
+// bandwidth and peak matmul rate (defaults for an H200 with --device cuda), the bound
+// beside each figure: decode reads the weights and every sequence's state once and writes
+// the state once; prefill does 2 flops per matrix weight and token. It prints figures and
+// asserts nothing.
 //
-//   model_bench --model DIR [--threads T] [--batches 1,8,32] [--decode-steps 32]
-//               [--prefill 512] [--weights auto|f32|bf16]
+//   model_bench --model DIR [--device cpu|cuda] [--threads T] [--batches 1,8,32]
+//               [--decode-steps 32] [--prefill 512] [--prefill-seqs 1]
+//               [--weights auto|f32|bf16] [--bandwidth-gbs G] [--peak-tflops T]
 // Without --model it writes the 130m shape (bf16, random) to a temporary directory.
+// Builds without MPI; on the GPU machine: model_bench --device cuda --batches 1,8,64,256
+// --prefill 2048 --prefill-seqs 8.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,7 +31,10 @@
 #include "common/command_line.h"
 #include "kernels/backend_factory.h"
 #include "workers/comm/communicator.h"
+#include "workers/comm/single_rank_communicator.h"
+#if COIL_WITH_MPI
 #include "workers/comm/mpi_session.h"
+#endif
 #include "workers/model/checkpoint.h"
 #include "workers/model/mamba2_model.h"
 #include "workers/model/model_config.h"
@@ -35,6 +46,13 @@ ABSL_FLAG(int32_t, threads, 1, "CPU threads per rank");
 ABSL_FLAG(std::string, batches, "1,8,32", "decode batch sizes");
 ABSL_FLAG(int32_t, decode_steps, 32, "timed decode steps per batch size");
 ABSL_FLAG(int32_t, prefill, 512, "prefill prompt length");
+ABSL_FLAG(int32_t, prefill_seqs, 1, "prompts of --prefill tokens in the prefill step");
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda (one GPU, TP1)");
+ABSL_FLAG(double, bandwidth_gbs, -1,
+          "memory bandwidth for the decode bound, GB/s (-1: 4800 with cuda, none on the cpu)");
+ABSL_FLAG(double, peak_tflops, -1,
+          "peak matmul rate for the prefill bound, TFLOP/s (-1: 989, H200 dense bf16, with "
+          "cuda; none on the cpu)");
 ABSL_FLAG(std::string, weights, "auto", "matrix weight type: auto, f32, bf16");
 ABSL_FLAG(std::string, dtype, "bf16", "weights written when no --model is given: f32 or bf16");
 
@@ -42,6 +60,16 @@ namespace coil {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// "-" where no bound was given.
+std::string BoundCell(double bound_ms) {
+  return bound_ms > 0 ? absl::StrCat(absl::SixDigits(bound_ms)) : "-";
+}
+// How close a measured time comes to its bound (100% = at the bound).
+std::string ShareCell(double bound, double measured) {
+  if (bound <= 0 || measured <= 0) return "-";
+  return absl::StrCat(static_cast<int>(bound / measured * 100 + 0.5), "%");
+}
 
 ScheduledSequence Seq(uint64_t id, int32_t slot, std::vector<int32_t> tokens, int32_t start) {
   ScheduledSequence s;
@@ -54,15 +82,35 @@ ScheduledSequence Seq(uint64_t id, int32_t slot, std::vector<int32_t> tokens, in
   return s;
 }
 
+// The bound for a figure, or the default for the device when the flag is -1.
+double BoundFlag(double flag, BackendKind device, double cuda_default) {
+  if (flag >= 0) return flag;
+  return device == BackendKind::kCuda ? cuda_default : 0.0;
+}
+
 int Main(int argc, char** argv) {
   ParseDashedCommandLine(argc, argv);
+  const absl::StatusOr<BackendKind> device = ParseBackendKind(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) {
+    std::fprintf(stderr, "%s\n", device.status().ToString().c_str());
+    return 1;
+  }
+  std::unique_ptr<comm::Communicator> comm;
+#if COIL_WITH_MPI
   std::unique_ptr<comm::MpiSession> mpi;
   comm::CommunicatorOptions options;
   if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {
     mpi = std::move(comm::MpiSession::Init(&argc, &argv)).value();
     options.kind = comm::CommunicatorKind::kMpi;
   }
-  auto comm = std::move(comm::CreateCommunicator(options)).value();
+  comm = std::move(comm::CreateCommunicator(options)).value();
+#else
+  comm = std::make_unique<comm::SingleRankCommunicator>();
+#endif
+  if (*device == BackendKind::kCuda && comm->size() > 1) {
+    std::fprintf(stderr, "model_bench --device cuda runs one rank; start it without mpirun\n");
+    return 1;
+  }
   const int rank = comm->rank();
 
   std::string dir = absl::GetFlag(FLAGS_model);
@@ -97,7 +145,12 @@ int Main(int argc, char** argv) {
   }
   BackendOptions backend_options;
   backend_options.threads = absl::GetFlag(FLAGS_threads);
-  auto backend = std::move(CreateBackend(BackendKind::kCpu, backend_options)).value();
+  auto created = CreateBackend(*device, backend_options);
+  if (!created.ok()) {
+    std::fprintf(stderr, "%s\n", created.status().ToString().c_str());
+    return 1;
+  }
+  std::unique_ptr<Backend> backend = std::move(created).value();
   model::LoadOptions load;
   load.weight_type = *model::ParseWeightType(absl::GetFlag(FLAGS_weights));
   auto m = model::Mamba2Model::Load(**checkpoint, *backend, *comm, load);
@@ -105,7 +158,16 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
     return 1;
   }
-  auto runner = std::move(ModelRunner::Create(**m, *backend, *comm, max_batch)).value();
+  const int32_t prefill_seqs = std::max(1, absl::GetFlag(FLAGS_prefill_seqs));
+  auto runner =
+      std::move(ModelRunner::Create(**m, *backend, *comm, std::max(max_batch, prefill_seqs))).value();
+  const double bandwidth = BoundFlag(absl::GetFlag(FLAGS_bandwidth_gbs), *device, 4800.0) * 1e9;
+  const double peak = BoundFlag(absl::GetFlag(FLAGS_peak_tflops), *device, 989.0) * 1e12;
+  const double weight_bytes = static_cast<double>((*m)->weight_bytes());
+  const double state_bytes =
+      static_cast<double>(runner->state_pool().shape().bytes_per_sequence());
+  // Matrix weights dominate the parameters: 2 flops per weight and token.
+  const double flops_per_token = 2.0 * weight_bytes / DTypeSize((*m)->weight_dtype());
   const auto& config = (*m)->config();
   uint64_t step = 0;
   auto run = [&](std::vector<ScheduledSequence> seqs, int32_t decodes) {
@@ -121,11 +183,17 @@ int Main(int argc, char** argv) {
     return result;
   };
   if (rank == 0) {
-    std::printf("model %s: %lld layers, d_model %lld, %s weights, TP %d, %d thread(s) per rank, %zu MiB weights on rank 0\n",
+    std::printf("model %s: %lld layers, d_model %lld, %s weights, TP %d, %s, %d thread(s) per rank, %zu MiB weights on rank 0\n",
                 dir.c_str(), static_cast<long long>(config.n_layer), static_cast<long long>(config.d_model),
-                DTypeName((*m)->weight_dtype()), comm->size(), absl::GetFlag(FLAGS_threads),
-                (*m)->weight_bytes() >> 20);
-    std::printf("| phase | batch | tokens/s | ms/step | comm share |\n|---|---:|---:|---:|---:|\n");
+                DTypeName((*m)->weight_dtype()), comm->size(), backend->Name().c_str(),
+                absl::GetFlag(FLAGS_threads), (*m)->weight_bytes() >> 20);
+    if (bandwidth > 0 || peak > 0) {
+      std::printf("bounds: %.0f GB/s (decode: weights + state read and written once per sequence), "
+                  "%g TFLOP/s (prefill: 2 flops per weight and token)\n",
+                  bandwidth / 1e9, peak / 1e12);
+    }
+    std::printf("| phase | batch | tokens/s | ms/step | comm share | bound ms/step | of bound |\n"
+                "|---|---:|---:|---:|---:|---:|---:|\n");
   }
   for (int32_t batch : batches) {
     std::vector<ScheduledSequence> prefill;
@@ -148,26 +216,38 @@ int Main(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const double comm_share = ((*m)->comm_seconds() - comm_before) / seconds;
     if (rank == 0) {
-      std::printf("| decode | %d | %.1f | %.2f | %.1f%% |\n", batch, batch * steps / seconds,
-                  seconds / steps * 1e3, comm_share * 100);
+      const double per_step = seconds / steps;
+      const double bound = bandwidth > 0 ? (weight_bytes + 2.0 * state_bytes * batch) / bandwidth : 0;
+      std::printf("| decode | %d | %.1f | %.4f | %.1f%% | %s | %s |\n", batch, batch * steps / seconds,
+                  per_step * 1e3, comm_share * 100, BoundCell(bound * 1e3).c_str(),
+                  ShareCell(bound, per_step).c_str());
     }
   }
   const int32_t prompt = absl::GetFlag(FLAGS_prefill);
   if (prompt > 0) {
-    std::vector<int32_t> tokens(static_cast<size_t>(prompt));
-    for (int32_t i = 0; i < prompt; ++i) tokens[i] = (i * 7919) % static_cast<int32_t>(config.vocab_size);
-    run({Seq(0, 0, tokens, 0)}, 0);  // warm-up
+    std::vector<ScheduledSequence> prompts;
+    for (int32_t s = 0; s < prefill_seqs; ++s) {
+      std::vector<int32_t> tokens(static_cast<size_t>(prompt));
+      for (int32_t i = 0; i < prompt; ++i) {
+        tokens[i] = (i * 7919 + s * 104729) % static_cast<int32_t>(config.vocab_size);
+      }
+      prompts.push_back(Seq(s, s, std::move(tokens), 0));
+    }
+    run(prompts, 0);  // warm-up
     double best = 1e30, comm_at_best = 0;
     for (int rep = 0; rep < 3; ++rep) {
       const double comm_before = (*m)->comm_seconds();
       const auto start = Clock::now();
-      run({Seq(0, 0, tokens, 0)}, 0);
+      run(prompts, 0);
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       if (seconds < best) best = seconds, comm_at_best = (*m)->comm_seconds() - comm_before;
     }
     if (rank == 0) {
-      std::printf("| prefill | 1 x %d | %.1f | %.2f | %.1f%% |\n", prompt, prompt / best, best * 1e3,
-                  comm_at_best / best * 100);
+      const double tokens = static_cast<double>(prompt) * prefill_seqs;
+      const double bound = peak > 0 ? tokens * flops_per_token / peak : 0;
+      std::printf("| prefill | %d x %d | %.1f | %.4f | %.1f%% | %s | %s |\n", prefill_seqs, prompt,
+                  tokens / best, best * 1e3, comm_at_best / best * 100,
+                  BoundCell(bound * 1e3).c_str(), ShareCell(bound, best).c_str());
     }
   }
   if (rank == 0 && absl::GetFlag(FLAGS_model).empty()) std::filesystem::remove_all(dir);

@@ -79,7 +79,8 @@ struct CommunicatorOptions {
 };
 
 // kMpi and kNccl need MPI initialized (an MpiSession alive for the communicator's whole
-// life); kNccl needs a build with CUDA.
+// life); kNccl needs a build with CUDA. Defined in coil_comm, the MPI part of workers/comm
+// (builds without MPI make a SingleRankCommunicator or NcclCommunicator directly).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
     const CommunicatorOptions& options);
 

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "workers/comm/local_rank.h"  // LocalRankFromEnvironment, for existing callers
 
 namespace coil::comm {
 
@@ -76,10 +77,6 @@ class DuplicatedComm {
 // An MPI return code as a Status: OK for MPI_SUCCESS, otherwise INTERNAL with the call
 // and MPI's own error text ("MPI_Ibcast failed: MPI_ERR_TRUNCATE: message truncated").
 absl::Status MpiStatus(int code, absl::string_view what);
-
-// The rank of this process among the ranks on its node (OMPI_COMM_WORLD_LOCAL_RANK, set
-// by Open MPI's mpirun); 0 for a process not started by mpirun. Picks the GPU of a rank.
-absl::StatusOr<int> LocalRankFromEnvironment();
 
 }  // namespace coil::comm
 

@@ -314,7 +314,18 @@ TEST(BackendShapeTest, RejectsMismatchedShapesWithBothSizes) {
   std::vector<int32_t> ids(2);
   EXPECT_TRUE(absl::IsInvalidArgument(
       (*backend)->Matmul(Tensor(ids.data(), DType::kI32, {2, 1}), T(w, {4, 5}), T(y, {2, 4}))));
+#if !COIL_WITH_CUDA
+  // A CUDA build gets UNAVAILABLE here without a GPU, and a backend with one.
   EXPECT_TRUE(absl::IsUnimplemented(CreateBackend(BackendKind::kCuda).status()));
+#endif
+}
+
+TEST(BackendFactoryTest, ParsesTheDeviceNames) {
+  EXPECT_EQ(ParseBackendKind("cpu").value(), BackendKind::kCpu);
+  EXPECT_EQ(ParseBackendKind("cuda").value(), BackendKind::kCuda);
+  const absl::StatusOr<BackendKind> bad = ParseBackendKind("gpu");
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_EQ(bad.status().message(), "unknown device \"gpu\"; use cpu or cuda");
 }
 
 TEST(StatePoolTest, HoldsEveryLayerPlusTheScratchRow) {

@@ -6,17 +6,8 @@
 set -u
 coil_run=$1 make_model=$2 mpiexec=$3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0 failed=0
-check() {  # check NAME CONDITION...
-  local name=$1; shift
-  if "$@"; then passed=$((passed + 1)); echo "ok: $name"; else failed=$((failed + 1)); echo "FAILED: $name"; fi
-}
-ids_of() { grep '^ids: ' | head -n1; }
-
-"$make_model" --shape tiny --dtype f32 --out "$work/tiny" >/dev/null 2>&1 || { echo "coil-make-model failed"; exit 1; }
-prompt_ids=5,17,200,3,3,99,42,7,128,64,1,249,31
+# shellcheck source=tests/unit/tools/tool_test_lib.sh
+source "$(dirname "$0")/tool_test_lib.sh"
 run() { "$@" --model "$work/tiny" --ids "$prompt_ids" --max-tokens 24 --threads 1 2>/dev/null; }
 
 tp1=$(run "$coil_run" | ids_of)

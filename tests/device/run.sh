@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# The GPU check, on a machine with an NVIDIA GPU, nvcc, CMake, Ninja, GCC and Python but
+# none of gRPC, Protobuf, MPI, GoogleTest, Abseil or nlohmann_json: builds coil's core
+# (COIL_SERVING=OFF, COIL_CUDA=ON) from the repository and third_party_local/ (filled by
+# scripts/device_bundle.sh on a Debian machine and carried along), runs the CUDA test
+# programs, one coil-run generation on the GPU from a random 130m-shape model and the
+# model benchmark, and prints one table. Meant to take about 5 minutes, build included.
+#
+# Usage (from anywhere): tests/device/run.sh
+#   environment: OUT=DIR       copy the summary and every log there
+#                JOBS=16       build jobs          CUDA_ARCH=90   CMAKE_CUDA_ARCHITECTURES
+#                BUILD_DIR=build-device            EXTRA_TARGETS="t1 t2"  more test programs
+# Exit status: 0 when everything built and no test failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+started=$(date +%s)
+build=${BUILD_DIR:-build-device}
+jobs=${JOBS:-16}
+arch=${CUDA_ARCH:-90}
+logs=$build/device-logs
+mkdir -p "$logs"
+rows=()     # "| program | passed | failed | skipped | seconds | note |"
+bench=()    # the benchmark's table lines
+overall=0
+
+elapsed() { echo $(( $(date +%s) - started )); }
+note() { printf '[%4ss] %s\n' "$(elapsed)" "$*"; }
+
+# ---- the machine ----
+note "machine"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi > "$logs/nvidia-smi.txt" 2>&1
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | head -n 8
+else
+  echo "nvidia-smi not found" | tee "$logs/nvidia-smi.txt"
+fi
+{ nvcc --version 2>&1 || /usr/local/cuda/bin/nvcc --version 2>&1; cmake --version; ninja --version
+  "${CXX:-g++}" --version; nproc; } > "$logs/toolchain.txt" 2>&1
+grep -h -E 'release|cmake version|g\+\+' "$logs/toolchain.txt" | head -n 3
+
+# ---- NCCL: the toolkit's, else a Python wheel's (PyTorch brings one), else a search ----
+nccl_args=()
+find_nccl() {
+  local dir
+  for dir in "${CUDA_HOME:-}" /usr/local/cuda /usr; do
+    [[ -n $dir && -f $dir/include/nccl.h ]] && return 0
+  done
+  local header lib
+  header=$(python3 - <<'EOF' 2>/dev/null
+import glob, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for root in roots:
+    for path in sorted(glob.glob(root + "/nvidia/**/include/nccl.h", recursive=True)):
+        print(path)
+        sys.exit(0)
+EOF
+  )
+  if [[ -z $header ]]; then
+    header=$(timeout 20 find / -xdev -name nccl.h -path '*include*' 2>/dev/null | head -n 1)
+  fi
+  [[ -z $header ]] && return 1
+  local root
+  root=$(dirname "$(dirname "$header")")
+  lib=$(find "$root/lib" -maxdepth 1 -name "libnccl.so*" 2>/dev/null | sort | head -n 1)
+  [[ -z $lib ]] && return 1
+  nccl_args=(-DNCCL_INCLUDE_DIR="$(dirname "$header")" -DNCCL_LIBRARY="$lib")
+  echo "NCCL: $header, $lib"
+}
+find_nccl || echo "NCCL: not found beside the toolkit or in Python's packages; configure will say"
+
+if [[ -d third_party_local ]]; then
+  echo "third_party_local: $(du -sh third_party_local | cut -f1)"
+elif [[ ! -d /usr/include/absl ]]; then
+  echo "third_party_local/ is missing: run scripts/device_bundle.sh on a Debian machine and carry it" >&2
+fi
+
+# ---- configure and build (only the device targets) ----
+note "configure ($build)"
+configure_start=$(date +%s)
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCOIL_SERVING=OFF -DCOIL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+  -DCMAKE_POLICY_VERSION_MINIMUM=3.5 "${nccl_args[@]}" > "$logs/configure.log" 2>&1
+configure_status=$?
+grep -E '^-- coil:' "$logs/configure.log"
+if [[ $configure_status -ne 0 ]]; then
+  tail -n 30 "$logs/configure.log"
+  rows+=("| configure | - | 1 | - | $(( $(date +%s) - configure_start )) | see configure.log |")
+  overall=1
+fi
+
+targets=(backend_ops_test cuda_runtime_test batch_invariance_test mamba2_model_test coil-make-model
+         coil-run model_bench)
+if [[ $configure_status -eq 0 ]]; then
+  # The whole-model GPU tests, whatever their names: test programs under
+  # tests/unit/workers/runner whose name says gpu or cuda.
+  mapfile -t model_tests < <(ninja -C "$build" -t targets all 2>/dev/null |
+    sed -n -E 's#^tests/unit/workers/runner/([A-Za-z0-9_]*(gpu|cuda)[A-Za-z0-9_]*): .*#\1#p' | sort -u)
+  # shellcheck disable=SC2206  # a space-separated list
+  targets+=("${model_tests[@]}" ${EXTRA_TARGETS:-})
+  note "build: ${targets[*]} (-j$jobs)"
+  build_start=$(date +%s)
+  # -k 0: a target that fails to compile does not stop the others.
+  ninja -C "$build" -j "$jobs" -k 0 "${targets[@]}" > "$logs/build.log" 2>&1
+  build_status=$?
+  build_seconds=$(( $(date +%s) - build_start ))
+  if [[ $build_status -ne 0 ]]; then
+    grep -E 'error|FAILED' "$logs/build.log" | head -n 20
+    rows+=("| build | - | 1 | - | $build_seconds | see build.log |")
+    overall=1
+  else
+    rows+=("| build | ${#targets[@]} targets | 0 | - | $build_seconds | |")
+  fi
+fi
+
+program() {  # the built file of a target, or nothing
+  find "$build" -type f -perm -u+x -name "$1" -not -path '*/CMakeFiles/*' 2>/dev/null | head -n 1
+}
+
+# ---- the test programs ----
+run_gtest() {  # run_gtest TARGET TIMEOUT [GTEST_FILTER]
+  local name=$1 limit=$2 filter=${3:-} exe
+  exe=$(program "$name")
+  if [[ -z $exe ]]; then
+    rows+=("| $name | - | - | - | - | not built |")
+    return
+  fi
+  note "$name (timeout ${limit}s)"
+  local start status
+  start=$(date +%s)
+  local args=(--gtest_color=no)
+  [[ -n $filter ]] && args+=("--gtest_filter=$filter")
+  timeout "$limit" "$exe" "${args[@]}" > "$logs/$name.log" 2>&1
+  status=$?
+  local seconds=$(( $(date +%s) - start ))
+  local passed failed skipped extra=""
+  passed=$(sed -n -E 's/^\[  PASSED  \] ([0-9]+) test.*/\1/p' "$logs/$name.log" | tail -n 1)
+  failed=$(sed -n -E 's/^\[  FAILED  \] ([0-9]+) test.*/\1/p' "$logs/$name.log" | tail -n 1)
+  skipped=$(sed -n -E 's/^\[  SKIPPED \] ([0-9]+) test.*/\1/p' "$logs/$name.log" | tail -n 1)
+  [[ $status -eq 124 ]] && extra="timed out after ${limit}s"
+  [[ $status -ne 0 && $status -ne 124 && -z ${failed:-} ]] && extra="exit $status"
+  if [[ $status -ne 0 ]]; then
+    overall=1
+    grep -E '^\[  FAILED  \] [A-Za-z]' "$logs/$name.log" | head -n 5 | sed 's/^/    /'
+  fi
+  [[ -n $filter ]] && extra="${extra:+$extra, }only $filter"
+  rows+=("| $name | ${passed:-0} | ${failed:-0} | ${skipped:-0} | $seconds | $extra |")
+}
+
+run_gtest cuda_runtime_test 60
+run_gtest backend_ops_test 120
+run_gtest batch_invariance_test 60
+# The whole model: the GPU cases of the CPU model test (its CPU cases take minutes), and
+# the GPU test programs found above.
+run_gtest mamba2_model_test 120 '*Gpu*:*GPU*:*Cuda*:*CUDA*'
+for name in "${model_tests[@]:-}" ${EXTRA_TARGETS:-}; do
+  [[ -n $name ]] && run_gtest "$name" 120
+done
+
+# ---- one generation on the GPU from a random 130m-shape model ----
+make_model=$(program coil-make-model)
+coil_run=$(program coil-run)
+model_dir=$(mktemp -d "${TMPDIR:-/tmp}/coil-130m-XXXXXX")
+trap 'rm -rf "$model_dir"' EXIT
+if [[ -n $make_model ]]; then
+  note "coil-make-model --shape 130m --dtype bf16"
+  if ! "$make_model" --shape 130m --dtype bf16 --out "$model_dir" > "$logs/make_model.log" 2>&1; then
+    rows+=("| coil-make-model | 0 | 1 | 0 | - | see make_model.log |")
+    overall=1
+    make_model=""
+  fi
+fi
+if [[ -n $make_model && -n $coil_run ]]; then
+  note "coil-run --device cuda"
+  start=$(date +%s)
+  timeout 60 "$coil_run" --model "$model_dir" --device cuda --ids 510,2020,310,1063,3286,273 \
+    --max-tokens 16 > "$logs/coil_run.log" 2>&1
+  status=$?
+  seconds=$(( $(date +%s) - start ))
+  sed -n -E '/^(ids|prefill|decode): /p' "$logs/coil_run.log" | sed 's/^/    /'
+  if [[ $status -eq 0 ]] && grep -q '^ids: ' "$logs/coil_run.log"; then
+    rows+=("| coil-run --device cuda | 1 | 0 | 0 | $seconds | 16 tokens |")
+  else
+    overall=1
+    tail -n 3 "$logs/coil_run.log" | sed 's/^/    /'
+    rows+=("| coil-run --device cuda | 0 | 1 | 0 | $seconds | exit $status |")
+  fi
+fi
+
+# ---- the model benchmark (figures, no assertions) ----
+bench_exe=$(program model_bench)
+if [[ -n $bench_exe && -n $make_model ]]; then
+  note "model_bench --device cuda"
+  start=$(date +%s)
+  timeout 120 "$bench_exe" --model "$model_dir" --device cuda --batches 1,8,64,256 \
+    --decode-steps 32 --prefill 2048 --prefill-seqs 8 > "$logs/model_bench.log" 2>&1
+  status=$?
+  seconds=$(( $(date +%s) - start ))
+  mapfile -t bench < <(grep -E '^(bounds:|\| (phase|---|decode|prefill))' "$logs/model_bench.log")
+  if [[ $status -eq 0 ]]; then
+    rows+=("| model_bench --device cuda | 1 | 0 | 0 | $seconds | figures below |")
+  else
+    overall=1
+    tail -n 3 "$logs/model_bench.log" | sed 's/^/    /'
+    rows+=("| model_bench --device cuda | 0 | 1 | 0 | $seconds | exit $status |")
+  fi
+fi
+
+# ---- the table ----
+{
+  echo
+  echo "## coil device check: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1), $(git rev-parse --short HEAD 2>/dev/null), $(elapsed) s in all"
+  echo
+  echo "| program | passed | failed | skipped | seconds | note |"
+  echo "|---|---:|---:|---:|---:|---|"
+  printf '%s\n' "${rows[@]}"
+  if [[ ${#bench[@]} -gt 0 ]]; then
+    echo
+    printf '%s\n' "${bench[@]}"
+  fi
+} | tee "$logs/summary.md"
+
+if [[ -n ${OUT:-} ]]; then
+  mkdir -p "$OUT/logs"
+  cp "$logs"/* "$OUT/logs/" 2>/dev/null
+  cp "$logs/summary.md" "$OUT/summary.md"
+fi
+exit "$overall"
