@@ -22,7 +22,8 @@ namespace {
 constexpr int kDecodeWarps = 4;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kDecodeWarps * kRowsPerWarp;
-// d_state beyond this would need more than 48 KiB of shared memory for B and C rows.
+// Keeps the B and C rows in shared memory (2 d_state floats: 32 KiB here) under the 48 KiB
+// a launch may take without cudaFuncSetAttribute.
 constexpr int32_t kMaxDecodeDState = 4096;
 
 // kVec: d_state columns per lane and load (1 or 4); kSteps: loads per lane per span.

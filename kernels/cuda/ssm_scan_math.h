@@ -1,7 +1,7 @@
 // The CUDA SSM scan's parameters, the chunked path's scratch layout and its per-element
 // formulas, as plain __host__ __device__ C++ (no CUDA types): the kernels call these
 // functions for every operand they load and every state they carry, and a host emulation
-// (tests/unit/kernels/cuda/ssd_emulation_test.cc) calls the same ones in plain loops and
+// (tests/unit/kernels/cuda/ssm_scan_emulation_test.cc) calls the same ones in plain loops and
 // checks them against the CPU reference. Only the tiling and the warp scans stay GPU-only.
 // Sizes are int32 (checked by the launcher); element offsets are formed in int64.
 #ifndef COIL_KERNELS_CUDA_SSM_SCAN_MATH_H_

@@ -240,7 +240,21 @@ void SplitStateRows(const std::string& name, const std::vector<float>& initial,
   r.outputs.emplace_back(name, std::move(used));
 }
 
-std::string RunsName(const std::vector<int32_t>& runs) { return absl::StrJoin(runs, "-"); }
+// Long lists (hundreds of sequences) are abbreviated: their first runs, count and sum.
+std::string RunsName(const std::vector<int32_t>& runs) {
+  if (runs.size() <= 16) return absl::StrJoin(runs, "-");
+  int64_t total = 0;
+  for (int32_t r : runs) total += r;
+  return absl::StrCat(absl::StrJoin(runs.begin(), runs.begin() + 6, "-"), "-etc_n", runs.size(),
+                      "_sum", total);
+}
+
+// `n` runs repeating `pattern`.
+std::vector<int32_t> CycledRuns(int n, const std::vector<int32_t>& pattern) {
+  std::vector<int32_t> runs(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) runs[i] = pattern[i % pattern.size()];
+  return runs;
+}
 
 // ---------------------------------------------------------------- CausalConv1d
 class CausalConv1dCase : public OpCase {
@@ -666,6 +680,13 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   // Chunks of one token (chunk_size 1) through the chunked path.
   cases.push_back(std::make_unique<SsmScanCase>(SsmShape{2, 8, 16, 1, 1},
                                                 std::vector<int32_t>{5, 3}, 2));
+  // 600 sequences: the CUDA chunk list is built by one block in tiles of 256 sequences, so
+  // chunk indices and C B^T offsets carry across two tile boundaries; decode runs, padding
+  // and short prompts interleaved (and the conv's row-to-sequence search over many runs).
+  const std::vector<int32_t> many = CycledRuns(600, {2, 1, 3, 0, 9, 1, 5});
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{2, 4, 8, 1, 4}, many, 600,
+                                                BatchMix{.fresh_every = 5}));
+  cases.push_back(std::make_unique<CausalConv1dCase>(6, 4, many, 600, BatchMix{.fresh_every = 5}));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(5, 96, 2));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(3, 50, 1));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(4, 999, 3, true));
