@@ -120,7 +120,12 @@ class Mamba2Model {
   absl::Status LoadWeights(const Checkpoint& checkpoint, const LoadOptions& options);
   absl::StatusOr<Tensor> Upload(std::vector<uint8_t> host, ::coil::DType dtype,
                                 std::initializer_list<int64_t> shape);
+  // Grows the step scratch for `rows` tokens and `sampled_rows` sampled rows. Every rank
+  // grows at the same steps (the same plans), and with more than one rank they agree on
+  // the outcome before any step collective, so that a rank that cannot allocate fails the
+  // step on every rank instead of leaving the others waiting in a collective it skips.
   absl::Status EnsureScratch(int64_t rows, int64_t sampled_rows);
+  absl::Status GrowScratch(int64_t rows, int64_t sampled_rows);
   // Whether the communicator can take this backend's memory directly (else AllReduce
   // stages through the host: an MPI communicator with a GPU backend).
   bool CommReadsBackendMemory() const;
@@ -169,6 +174,7 @@ class Mamba2Model {
   Buffer residual_, normed_, mixer_out_, zxbcdt_, xbc_, y_, sumsq_, group_sums_, sampled_,
       logits_, argmax_;
   Buffer meta_;  // the step's packed metadata (PackStepMetadata), token ids first
+  Buffer agree_;  // one float: the ranks' all-reduced count of failed scratch growths
   // Incremented whenever a scratch buffer is reallocated: graphs of older generations
   // hold freed addresses.
   uint64_t scratch_generation_ = 0;
