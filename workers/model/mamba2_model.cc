@@ -513,10 +513,11 @@ absl::StatusOr<int64_t> Mamba2Model::RunDecodeGraph(const StepMetadata& meta, St
   const int64_t bucket = DecodeBucket(meta.batch.num_seqs());
   const int64_t largest = DecodeBucket(pool.state_rows());
   COIL_RETURN_IF_ERROR(EnsureScratch(std::max(largest, bucket), std::max(largest, bucket)));
-  const void* pool_memory = pool.ConvState(0).raw();
-  if (graph_pool_ != pool_memory) {
+  const PoolIdentity pool_identity{pool.ConvState(0).raw(), pool.SsmState(0).raw(),
+                                   pool.state_rows()};
+  if (!(graph_pool_ == pool_identity)) {
     graphs_.clear();
-    graph_pool_ = pool_memory;
+    graph_pool_ = pool_identity;
   }
   const size_t index = static_cast<size_t>(std::countr_zero(static_cast<uint64_t>(bucket)));
   if (graphs_.size() <= index) graphs_.resize(index + 1);

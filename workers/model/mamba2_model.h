@@ -190,7 +190,15 @@ class Mamba2Model {
   };
   bool cuda_graphs_ = true;
   bool capture_failed_ = false;  // this rank runs padded decode steps eagerly from then on
-  const void* graph_pool_ = nullptr;
+  // The pool the graphs were captured on: its two state buffers and its row count fix
+  // every per-layer state address a graph reads (a new pool may reuse one base address).
+  struct PoolIdentity {
+    const void* conv = nullptr;
+    const void* ssm = nullptr;
+    int64_t state_rows = -1;
+    bool operator==(const PoolIdentity&) const = default;
+  };
+  PoolIdentity graph_pool_;
   std::vector<DecodeGraph> graphs_;
   int64_t graph_captures_ = 0;
   int64_t graph_replays_ = 0;
