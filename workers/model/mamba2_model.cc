@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Mamba2Model>> Mamba2Model::Load(const Checkpoint&
                                : 1e-5f;  // mamba_ssm's RMSNormGated default
   model->cuda_graphs_ = options.cuda_graphs;
   COIL_RETURN_IF_ERROR(model->LoadWeights(checkpoint, options));
+  COIL_ASSIGN_OR_RETURN(model->agree_, backend.Allocate(sizeof(float)));
   return model;
 }
 
@@ -207,6 +208,34 @@ StatePoolShape Mamba2Model::StateShape(int64_t state_rows) const {
 }
 
 absl::Status Mamba2Model::EnsureScratch(int64_t rows, int64_t sampled_rows) {
+  if (rows <= scratch_rows_ && sampled_rows <= scratch_sampled_) return absl::OkStatus();
+  const int64_t old_rows = scratch_rows_, old_sampled = scratch_sampled_;
+  const absl::Status grown = GrowScratch(rows, sampled_rows);
+  if (comm_.size() == 1) return grown;
+  // One float all-reduced: how many ranks failed. A rank that failed to stage it still
+  // joins the collective, and counts itself as failed.
+  absl::Status local = grown;
+  float failed = grown.ok() ? 0.0f : 1.0f;
+  float* const flag = static_cast<float*>(agree_.data());  // allocated by Load
+  absl::Status staged = backend_.CopyFromHost(flag, &failed, sizeof(float));
+  COIL_RETURN_IF_ERROR(AllReduce(flag, 1, /*collectives=*/true, staged));
+  if (staged.ok()) staged = backend_.CopyToHost(&failed, flag, sizeof(float));
+  if (local.ok() && !staged.ok()) local = staged;
+  if (local.ok() && failed != 0.0f) {
+    local = absl::ResourceExhaustedError(absl::StrCat(
+        static_cast<int>(failed), " other rank(s) could not grow the step scratch to ", rows,
+        " rows; lower --max-batch-tokens or the state budget"));
+  }
+  if (!local.ok()) {
+    // Every rank forgets this growth, so that all of them grow (and agree) again together.
+    scratch_rows_ = std::min(scratch_rows_, old_rows);
+    scratch_sampled_ = std::min(scratch_sampled_, old_sampled);
+    ++scratch_generation_;
+  }
+  return local;
+}
+
+absl::Status Mamba2Model::GrowScratch(int64_t rows, int64_t sampled_rows) {
   if (rows > scratch_rows_) {
     const int64_t d = config_.d_model;
     auto alloc = [&](Buffer& buffer, int64_t floats) -> absl::Status {
@@ -484,10 +513,11 @@ absl::StatusOr<int64_t> Mamba2Model::RunDecodeGraph(const StepMetadata& meta, St
   const int64_t bucket = DecodeBucket(meta.batch.num_seqs());
   const int64_t largest = DecodeBucket(pool.state_rows());
   COIL_RETURN_IF_ERROR(EnsureScratch(std::max(largest, bucket), std::max(largest, bucket)));
-  const void* pool_memory = pool.ConvState(0).raw();
-  if (graph_pool_ != pool_memory) {
+  const PoolIdentity pool_identity{pool.ConvState(0).raw(), pool.SsmState(0).raw(),
+                                   pool.state_rows()};
+  if (!(graph_pool_ == pool_identity)) {
     graphs_.clear();
-    graph_pool_ = pool_memory;
+    graph_pool_ = pool_identity;
   }
   const size_t index = static_cast<size_t>(std::countr_zero(static_cast<uint64_t>(bucket)));
   if (graphs_.size() <= index) graphs_.resize(index + 1);

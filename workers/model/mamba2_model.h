@@ -120,7 +120,12 @@ class Mamba2Model {
   absl::Status LoadWeights(const Checkpoint& checkpoint, const LoadOptions& options);
   absl::StatusOr<Tensor> Upload(std::vector<uint8_t> host, ::coil::DType dtype,
                                 std::initializer_list<int64_t> shape);
+  // Grows the step scratch for `rows` tokens and `sampled_rows` sampled rows. Every rank
+  // grows at the same steps (the same plans), and with more than one rank they agree on
+  // the outcome before any step collective, so that a rank that cannot allocate fails the
+  // step on every rank instead of leaving the others waiting in a collective it skips.
   absl::Status EnsureScratch(int64_t rows, int64_t sampled_rows);
+  absl::Status GrowScratch(int64_t rows, int64_t sampled_rows);
   // Whether the communicator can take this backend's memory directly (else AllReduce
   // stages through the host: an MPI communicator with a GPU backend).
   bool CommReadsBackendMemory() const;
@@ -169,6 +174,7 @@ class Mamba2Model {
   Buffer residual_, normed_, mixer_out_, zxbcdt_, xbc_, y_, sumsq_, group_sums_, sampled_,
       logits_, argmax_;
   Buffer meta_;  // the step's packed metadata (PackStepMetadata), token ids first
+  Buffer agree_;  // one float: the ranks' all-reduced count of failed scratch growths
   // Incremented whenever a scratch buffer is reallocated: graphs of older generations
   // hold freed addresses.
   uint64_t scratch_generation_ = 0;
@@ -184,7 +190,15 @@ class Mamba2Model {
   };
   bool cuda_graphs_ = true;
   bool capture_failed_ = false;  // this rank runs padded decode steps eagerly from then on
-  const void* graph_pool_ = nullptr;
+  // The pool the graphs were captured on: its two state buffers and its row count fix
+  // every per-layer state address a graph reads (a new pool may reuse one base address).
+  struct PoolIdentity {
+    const void* conv = nullptr;
+    const void* ssm = nullptr;
+    int64_t state_rows = -1;
+    bool operator==(const PoolIdentity&) const = default;
+  };
+  PoolIdentity graph_pool_;
   std::vector<DecodeGraph> graphs_;
   int64_t graph_captures_ = 0;
   int64_t graph_replays_ = 0;

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/backend.h"
 #include "kernels/backend_factory.h"
 #include "tests/unit/workers/runner/test_models.h"
 #include "workers/comm/communicator.h"
@@ -189,6 +190,99 @@ TEST(TensorParallelMemoryTest, EachRankHoldsItsShareOfTheWeights) {
   const size_t slack = static_cast<size_t>(2 * c.d_model) * f32;
   EXPECT_NEAR(static_cast<double>(got), static_cast<double>(expected), static_cast<double>(slack))
       << "rank " << world->rank() << " of " << n << " holds " << got << " of " << total << " bytes";
+}
+
+// The CPU backend with allocation failure on demand: what a rank whose GPU runs out of
+// memory sees. Every op goes to the CPU backend's public op (which checks it again).
+class AllocationFailingBackend final : public Backend {
+ public:
+  explicit AllocationFailingBackend(std::unique_ptr<Backend> cpu) : cpu_(std::move(cpu)) {}
+  BackendKind kind() const override { return cpu_->kind(); }
+  Device device() const override { return cpu_->device(); }
+  std::string Name() const override { return cpu_->Name(); }
+  void set_fail_allocations(bool fail) { fail_ = fail; }
+
+ private:
+  absl::StatusOr<Buffer> DoAllocate(size_t bytes) override {
+    if (fail_) return absl::ResourceExhaustedError(absl::StrCat("no memory for ", bytes, " bytes"));
+    return cpu_->Allocate(bytes);
+  }
+  absl::Status DoCopy(void* dst, const void* src, size_t bytes, bool to_host) override {
+    return to_host ? cpu_->CopyToHost(dst, src, bytes) : cpu_->CopyFromHost(dst, src, bytes);
+  }
+  absl::Status DoSynchronize() override { return cpu_->Synchronize(); }
+  absl::Status DoFillZero(void* dst, size_t bytes) override { return cpu_->FillZero(dst, bytes); }
+  absl::Status DoEmbedding(const Tensor& ids, const Tensor& table, int64_t vocab_offset,
+                           const Tensor& out) override {
+    return cpu_->Embedding(ids, table, vocab_offset, out);
+  }
+  absl::Status DoAddRmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                            const Tensor& residual, const Tensor& out) override {
+    return cpu_->AddRmsNorm(x, weight, eps, residual, out);
+  }
+  absl::Status DoMatmul(const Tensor& x, const Tensor& w, const Tensor& y) override {
+    return cpu_->Matmul(x, w, y);
+  }
+  absl::Status DoCausalConv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              const RecurrentBatch& batch, const Tensor& conv_state,
+                              const Tensor& out) override {
+    return cpu_->CausalConv1d(x, weight, bias, batch, conv_state, out);
+  }
+  absl::Status DoSsmScan(const Tensor& x, const Tensor& dt, const Tensor& a_log,
+                         const Tensor& b, const Tensor& c, const Tensor& d,
+                         const Tensor& dt_bias, const SsmScanOptions& options,
+                         const RecurrentBatch& batch, const Tensor& ssm_state,
+                         const Tensor& y) override {
+    return cpu_->SsmScan(x, dt, a_log, b, c, d, dt_bias, options, batch, ssm_state, y);
+  }
+  absl::Status DoGatedSumSquares(const Tensor& y, const Tensor& z, int64_t ngroups,
+                                 const Tensor& gated, const Tensor& sumsq) override {
+    return cpu_->GatedSumSquares(y, z, ngroups, gated, sumsq);
+  }
+  absl::Status DoGatedNormApply(const Tensor& gated, const Tensor& sumsq, const Tensor& weight,
+                                int64_t group_size, float eps, const Tensor& out) override {
+    return cpu_->GatedNormApply(gated, sumsq, weight, group_size, eps, out);
+  }
+  absl::Status DoArgmax(const Tensor& logits, const Tensor& ids, const Tensor& values) override {
+    return cpu_->Argmax(logits, ids, values);
+  }
+
+  std::unique_ptr<Backend> cpu_;
+  bool fail_ = false;
+};
+
+// A longer step than any before makes every rank grow its step scratch; when the last rank
+// cannot, the step must fail on every rank (not leave the others in a collective that rank
+// skips), and once memory is back the same step must run on every rank again.
+TEST(TensorParallelErrorTest, ARankThatCannotGrowItsScratchFailsTheStepOnEveryRank) {
+  auto world = World();
+  const std::string dir = SharedTinyModel(*world, "grow", {});
+  BackendOptions options;
+  options.threads = 1;
+  auto failing = std::make_unique<AllocationFailingBackend>(
+      std::move(CreateBackend(BackendKind::kCpu, options)).value());
+  AllocationFailingBackend& backend = *failing;
+  auto checkpoint = std::move(model::OpenCheckpoint(dir)).value();
+  auto m = model::Mamba2Model::Load(*checkpoint, backend, *world, {});
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto runner = ModelRunner::Create(**m, backend, *world, 2);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+
+  std::vector<int32_t> prompt(23);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 37) % 250);
+  const StepResult small = (*runner)->Execute(OneSequence(1, prompt, 0, 4, {}, 0));
+  ASSERT_TRUE(small.ok) << small.error;
+
+  const bool last = world->rank() == world->size() - 1;
+  backend.set_fail_allocations(last);
+  const StepResult failed = (*runner)->Execute(OneSequence(2, prompt, 0, 23, {}, 0));
+  EXPECT_FALSE(failed.ok) << "rank " << world->rank();
+  EXPECT_TRUE(failed.tokens.empty());
+
+  backend.set_fail_allocations(false);
+  const StepResult again = (*runner)->Execute(OneSequence(3, prompt, 0, 23, {}, 0));
+  EXPECT_TRUE(again.ok) << "rank " << world->rank() << ": " << again.error;
+  EXPECT_EQ(again.tokens.size(), 1u);
 }
 
 }  // namespace
