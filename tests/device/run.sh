@@ -3,8 +3,9 @@
 # none of gRPC, Protobuf, MPI, GoogleTest, Abseil or nlohmann_json: builds coil's core
 # (COIL_SERVING=OFF, COIL_CUDA=ON) from the repository and third_party_local/ (filled by
 # scripts/device_bundle.sh on a Debian machine and carried along), runs the CUDA test
-# programs, one coil-run generation on the GPU from a random 130m-shape model and the
-# model benchmark, and prints one table. Meant to take about 5 minutes, build included.
+# programs, one coil-run generation on the GPU from a random 130m-shape model, the model
+# benchmark and the per-op benchmark (op_bench), and prints one table. Meant to take about
+# 5 minutes, build included.
 #
 # Usage (from anywhere): tests/device/run.sh
 #   environment: OUT=DIR       copy the summary and every log there
@@ -20,7 +21,8 @@ arch=${CUDA_ARCH:-90}
 logs=$build/device-logs
 mkdir -p "$logs"
 rows=()     # "| program | passed | failed | skipped | seconds | note |"
-bench=()    # the benchmark's table lines
+bench=()    # the model benchmark's table lines
+op_table=() # the op benchmark's table lines
 overall=0
 
 elapsed() { echo $(( $(date +%s) - started )); }
@@ -89,7 +91,7 @@ if [[ $configure_status -ne 0 ]]; then
 fi
 
 targets=(backend_ops_test cuda_runtime_test batch_invariance_test mamba2_model_test coil-make-model
-         coil-run model_bench)
+         coil-run model_bench op_bench)
 if [[ $configure_status -eq 0 ]]; then
   # The whole-model GPU tests, whatever their names: test programs under
   # tests/unit/workers/runner whose name says gpu or cuda.
@@ -205,6 +207,34 @@ if [[ -n $bench_exe && -n $make_model ]]; then
   fi
 fi
 
+# ---- per-op figures (no assertions): decode at 1 and 256 sequences and prefill of 2048
+# tokens for every op, and the 16k-token prefill for the ops other than the vocabulary-wide
+# matmul, embedding and argmax (gigabytes of random inputs, seconds of host time) ----
+op_exe=$(program op_bench)
+if [[ -n $op_exe ]]; then
+  note "op_bench --device cuda"
+  start=$(date +%s)
+  timeout 120 "$op_exe" --device cuda --rows 1,256,2048 --repeats 50 > "$logs/op_bench.log" 2>&1
+  status=$?
+  timeout 60 "$op_exe" --device cuda --rows 16384 --repeats 50 \
+    --ops SsmScan,CausalConv1d,AddRmsNorm,GatedSumSquares,GatedNormApply \
+    > "$logs/op_bench_16k.log" 2>&1
+  status_16k=$?
+  seconds=$(( $(date +%s) - start ))
+  # The first log's header and rows, then the second's rows (data rows start "| Op").
+  mapfile -t op_table < <(grep -E '^op_bench:' "$logs/op_bench.log"; echo
+                          grep -E '^\|' "$logs/op_bench.log"
+                          grep -E '^\| [A-Z]' "$logs/op_bench_16k.log")
+  failed=$(cat "$logs/op_bench.log" "$logs/op_bench_16k.log" 2>/dev/null | grep -c '| failed: ')
+  if [[ $status -eq 0 && $status_16k -eq 0 ]]; then
+    rows+=("| op_bench --device cuda | 2 | 0 | 0 | $seconds | figures below |")
+  else
+    overall=1
+    tail -n 3 "$logs/op_bench.log" "$logs/op_bench_16k.log" | sed 's/^/    /'
+    rows+=("| op_bench --device cuda | - | $failed cases | 0 | $seconds | exit $status, $status_16k (124: timed out) |")
+  fi
+fi
+
 # ---- the table ----
 {
   echo
@@ -216,6 +246,10 @@ fi
   if [[ ${#bench[@]} -gt 0 ]]; then
     echo
     printf '%s\n' "${bench[@]}"
+  fi
+  if [[ ${#op_table[@]} -gt 0 ]]; then
+    echo
+    printf '%s\n' "${op_table[@]}"
   fi
 } | tee "$logs/summary.md"
 
