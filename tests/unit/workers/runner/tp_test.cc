@@ -246,6 +246,11 @@ class AllocationFailingBackend final : public Backend {
   absl::Status DoArgmax(const Tensor& logits, const Tensor& ids, const Tensor& values) override {
     return cpu_->Argmax(logits, ids, values);
   }
+  absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
+                              const Tensor& seeds, const Tensor& steps, int64_t vocab_offset,
+                              const Tensor& ids, const Tensor& scores) override {
+    return cpu_->GumbelArgmax(logits, temperatures, seeds, steps, vocab_offset, ids, scores);
+  }
 
   std::unique_ptr<Backend> cpu_;
   bool fail_ = false;
