@@ -451,6 +451,16 @@ absl::StatusOr<std::vector<SampledToken>> Sampler::Sample(
   return tokens;
 }
 
+bool Sampler::AllPlainTemperature(absl::Span<const ScheduledSequence* const> rows) {
+  for (const ScheduledSequence* row : rows) {
+    if (!IsRandom(*row) || UsesTopK(*row) || UsesNucleusOnly(*row) ||
+        row->sampling.min_p != 0.0f || row->sampling.HasPenalties() || WantsLogprobs(*row)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool Sampler::AllGreedy(absl::Span<const ScheduledSequence* const> rows) {
   for (const ScheduledSequence* row : rows) {
     if (IsRandom(*row) || row->sampling.HasPenalties() || WantsLogprobs(*row)) return false;
