@@ -360,4 +360,32 @@ absl::Status Backend::Argmax(const Tensor& logits, const Tensor& ids, const Tens
   return DoArgmax(logits, ids, values);
 }
 
+absl::Status Backend::GumbelArgmax(const Tensor& logits, const Tensor& temperatures,
+                                   const Tensor& seeds, const Tensor& steps,
+                                   int64_t vocab_offset, const Tensor& ids,
+                                   const Tensor& scores) {
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "logits", logits, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "temperatures", temperatures, {DType::kF32}, 1));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "seeds", seeds, {DType::kI32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "steps", steps, {DType::kI32}, 1));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "ids", ids, {DType::kI32}, 1));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "scores", scores, {DType::kI32}, 2));
+  const int64_t rows = logits.dim(0);
+  COIL_RETURN_IF_ERROR(CheckDim("temperatures", temperatures, 0, rows, "logits' rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("seeds", seeds, 0, rows, "logits' rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("seeds", seeds, 1, 2, "a u64 seed's two words"));
+  COIL_RETURN_IF_ERROR(CheckDim("steps", steps, 0, rows, "logits' rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("ids", ids, 0, rows, "logits' rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("scores", scores, 0, rows, "logits' rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("scores", scores, 1, 2, "an f64 score's two words"));
+  // Global ids are i32 tokens and u32 Philox counters: both hold ids below 2^31.
+  constexpr int64_t kMaxIds = int64_t{0x7fffffff};
+  if (vocab_offset < 0 || vocab_offset + logits.dim(1) > kMaxIds) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_offset is ", vocab_offset, " with ", logits.dim(1),
+        " columns; the ids must lie in [0, 2^31 - 1), so pass the shard's first vocab id"));
+  }
+  return DoGumbelArgmax(logits, temperatures, seeds, steps, vocab_offset, ids, scores);
+}
+
 }  // namespace coil

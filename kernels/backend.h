@@ -140,6 +140,20 @@ class Backend {
   // wins) and the value. logits: f32 [T, V]; ids: i32 [T]; values: f32 [T].
   absl::Status Argmax(const Tensor& logits, const Tensor& ids, const Tensor& values);
 
+  // Gumbel-max sampling per row, without leaving the device: the column j maximising
+  // score(j) = double(logits[t, j]) / double(temperatures[t]) + Gumbel(seed, step, id) in
+  // double precision, where id = vocab_offset + j and Gumbel is kernels/philox.h's draw; the
+  // lowest j among equal scores, NaN never wins, a row without a score above -inf gives
+  // j = 0 and -inf. The host sampler computes the same scores, so the tokens agree bit for
+  // bit. logits: f32 [T, V] (rows may be strided: a column view drops padded ids);
+  // temperatures: f32 [T], each finite and > 0 (not checked: they live on the device);
+  // seeds: i32 [T, 2], the u64 seed's low then high word; steps: i32 [T], the u32 rng step;
+  // ids: i32 [T], the local column j; scores: i32 [T, 2], the f64 score's bits, low word
+  // first (what a cross-rank merge compares).
+  absl::Status GumbelArgmax(const Tensor& logits, const Tensor& temperatures,
+                            const Tensor& seeds, const Tensor& steps, int64_t vocab_offset,
+                            const Tensor& ids, const Tensor& scores);
+
  protected:
   Backend() = default;
 
@@ -172,13 +186,18 @@ class Backend {
                                         const Tensor& out) = 0;
   virtual absl::Status DoArgmax(const Tensor& logits, const Tensor& ids,
                                 const Tensor& values) = 0;
+  virtual absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
+                                      const Tensor& seeds, const Tensor& steps,
+                                      int64_t vocab_offset, const Tensor& ids,
+                                      const Tensor& scores) = 0;
 };
 
 // The public ops, by name: the op harness's coverage test fails for an op listed here
 // that has no test case, so a new op is added here too.
 inline constexpr const char* kBackendOps[] = {
     "Embedding", "AddRmsNorm",      "Matmul",         "CausalConv1d",
-    "SsmScan",   "GatedSumSquares", "GatedNormApply", "Argmax"};
+    "SsmScan",   "GatedSumSquares", "GatedNormApply", "Argmax",
+    "GumbelArgmax"};
 
 // Checks a RecurrentBatch against `rows` packed rows and a pool of `state_rows` rows (plus
 // the scratch row). Public so that step metadata can be validated once per step too.

@@ -28,7 +28,7 @@ StepResult ModelRunner::Execute(const StepPlan& plan) {
   absl::Status local = absl::OkStatus();
   auto meta = BuildStepMetadata(plan, model_.config().padded_vocab_size(), pool_.state_rows());
   std::vector<const ScheduledSequence*> rows;
-  bool greedy = false;
+  bool greedy = false, plain = false;
   if (!meta.ok()) {
     local = meta.status();
   } else {
@@ -37,17 +37,36 @@ StepResult ModelRunner::Execute(const StepPlan& plan) {
     // Greedy rows need only each rank's argmax, taken on the device: [rows] pairs come
     // back instead of [rows, vocab] logits. The same choice on every rank (the same plan).
     greedy = Sampler::AllGreedy(rows);
+    // Plain temperature rows likewise need only each rank's Gumbel-max.
+    plain = !greedy && Sampler::AllPlainTemperature(rows);
+    gumbel_temperatures_.clear();
+    gumbel_seeds_.clear();
+    gumbel_steps_.clear();
+    if (plain) {
+      for (const ScheduledSequence* row : rows) {
+        gumbel_temperatures_.push_back(row->sampling.temperature);
+        gumbel_seeds_.push_back(row->sampling.seed);
+        gumbel_steps_.push_back(row->rng_step);
+      }
+    }
     // The forward pass keeps making its collective calls after a local error (it returns
     // the error at the end), so the ranks stay in step; only a broken collective returns
     // early, and then the job cannot go on anyway.
-    local = greedy ? model_.ForwardArgmax(*meta, pool_, argmax_ids_, argmax_values_)
-                   : model_.Forward(*meta, pool_, /*all_rows=*/false, logits_);
+    if (greedy) {
+      local = model_.ForwardArgmax(*meta, pool_, argmax_ids_, argmax_values_);
+    } else if (plain) {
+      local = model_.ForwardGumbel(*meta, pool_, gumbel_temperatures_, gumbel_seeds_,
+                                   gumbel_steps_, gumbel_ids_, gumbel_scores_);
+    } else {
+      local = model_.Forward(*meta, pool_, /*all_rows=*/false, logits_);
+    }
   }
   auto failures = comm::AllReduceStepStatus(comm_, local);
   absl::Status combined = failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
   if (combined.ok() && meta.ok() && meta->num_samples() > 0) {
-    auto tokens = greedy ? sampler_.SampleGreedy(rows, argmax_ids_, argmax_values_)
-                         : sampler_.Sample(rows, logits_.data());
+    auto tokens = greedy  ? sampler_.SampleGreedy(rows, argmax_ids_, argmax_values_)
+                  : plain ? sampler_.SampleGumbel(rows, gumbel_ids_, gumbel_scores_)
+                          : sampler_.Sample(rows, logits_.data());
     if (tokens.ok()) {
       result.tokens = std::move(tokens).value();
     } else {

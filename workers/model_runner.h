@@ -54,6 +54,12 @@ class ModelRunner {
   // Greedy steps: this rank's argmax of each sampled row (Mamba2Model::ForwardArgmax).
   std::vector<int32_t> argmax_ids_;
   std::vector<float> argmax_values_;
+  // Plain temperature steps: each row's parameters and this rank's Gumbel-max
+  // (Mamba2Model::ForwardGumbel).
+  std::vector<float> gumbel_temperatures_;
+  std::vector<uint64_t> gumbel_seeds_;
+  std::vector<int32_t> gumbel_steps_, gumbel_ids_;
+  std::vector<double> gumbel_scores_;
 };
 
 }  // namespace coil

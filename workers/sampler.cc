@@ -451,6 +451,16 @@ absl::StatusOr<std::vector<SampledToken>> Sampler::Sample(
   return tokens;
 }
 
+bool Sampler::AllPlainTemperature(absl::Span<const ScheduledSequence* const> rows) {
+  for (const ScheduledSequence* row : rows) {
+    if (!IsRandom(*row) || UsesTopK(*row) || UsesNucleusOnly(*row) ||
+        row->sampling.min_p != 0.0f || row->sampling.HasPenalties() || WantsLogprobs(*row)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool Sampler::AllGreedy(absl::Span<const ScheduledSequence* const> rows) {
   for (const ScheduledSequence* row : rows) {
     if (IsRandom(*row) || row->sampling.HasPenalties() || WantsLogprobs(*row)) return false;
@@ -483,6 +493,38 @@ absl::StatusOr<std::vector<SampledToken>> Sampler::SampleGreedy(
     Candidate best;
     for (int k = 0; k < comm_.size(); ++k) {
       if (Better(all[k * num_rows + r], best)) best = all[k * num_rows + r];
+    }
+    tokens[r].request_id = rows[r]->request_id;
+    tokens[r].token_id = best.id;
+  }
+  return tokens;
+}
+
+absl::StatusOr<std::vector<SampledToken>> Sampler::SampleGumbel(
+    absl::Span<const ScheduledSequence* const> rows, absl::Span<const int32_t> ids,
+    absl::Span<const double> scores) {
+  const size_t num_rows = rows.size();
+  if (ids.size() != num_rows || scores.size() != num_rows) {
+    return absl::InternalError(absl::StrCat("gumbel sampling got ", ids.size(), " ids and ",
+                                            scores.size(), " scores for ", num_rows, " rows"));
+  }
+  std::vector<SampledToken> tokens(num_rows);
+  if (num_rows == 0) return tokens;
+  for (const ScheduledSequence* row : rows) {
+    COIL_RETURN_IF_ERROR_CONTEXT(ValidateSamplingParams(row->sampling),
+                                 absl::StrCat("request ", row->request_id));
+  }
+  // The same candidates Sample's plain random rows compare.
+  std::vector<ScoredCandidate> local(num_rows);
+  for (size_t r = 0; r < num_rows; ++r) {
+    const int32_t id = ids[r];
+    if (id >= range_.begin && id < std::min(range_.end, vocab_size_)) local[r] = {scores[r], id, 0};
+  }
+  COIL_ASSIGN_OR_RETURN(std::vector<ScoredCandidate> all, AllGather(comm_, local));
+  for (size_t r = 0; r < num_rows; ++r) {
+    ScoredCandidate best;
+    for (int k = 0; k < comm_.size(); ++k) {
+      if (BetterScore(all[k * num_rows + r], best)) best = all[k * num_rows + r];
     }
     tokens[r].request_id = rows[r]->request_id;
     tokens[r].token_id = best.id;

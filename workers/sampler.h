@@ -40,6 +40,19 @@ class Sampler {
   // without penalties or logprobs. Such a step needs no logits on the host (SampleGreedy).
   static bool AllGreedy(absl::Span<const ScheduledSequence* const> rows);
 
+  // Whether Sample would only take each row's Gumbel-max over every real id: every row
+  // random (temperature > 0) without top_k, top_p, min_p, penalties or logprobs. Then the
+  // token is Backend::GumbelArgmax's answer, merged across ranks by the larger score and
+  // the lower id, and the step needs no logits on the host.
+  static bool AllPlainTemperature(absl::Span<const ScheduledSequence* const> rows);
+
+  // Sample's answer for an AllPlainTemperature step from each rank's Gumbel-max over its
+  // real-vocabulary columns: ids[r] the global id of row r's best score on this rank (-1
+  // when none) and scores[r] that score. Collective.
+  absl::StatusOr<std::vector<SampledToken>> SampleGumbel(
+      absl::Span<const ScheduledSequence* const> rows, absl::Span<const int32_t> ids,
+      absl::Span<const double> scores);
+
   // Sample's answer for an AllGreedy step from each rank's argmax over its real-vocabulary
   // columns instead of the logits: ids[r] the global id of row r's largest value on this
   // rank (the lowest among equals; -1 when none) and values[r] that value. Collective.

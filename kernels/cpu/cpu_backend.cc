@@ -81,4 +81,13 @@ absl::Status CpuBackend::DoArgmax(const Tensor& logits, const Tensor& ids,
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
+                                        const Tensor& seeds, const Tensor& steps,
+                                        int64_t vocab_offset, const Tensor& ids,
+                                        const Tensor& scores) {
+  CpuGumbelArgmax({&pool_, use_ref_}, logits, temperatures, seeds, steps, vocab_offset, ids,
+                  scores);
+  return absl::OkStatus();
+}
+
 }  // namespace coil

@@ -47,6 +47,9 @@ class CpuBackend final : public Backend {
   absl::Status DoGatedNormApply(const Tensor& gated, const Tensor& sumsq, const Tensor& weight,
                                 int64_t group_size, float eps, const Tensor& out) override;
   absl::Status DoArgmax(const Tensor& logits, const Tensor& ids, const Tensor& values) override;
+  absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
+                              const Tensor& seeds, const Tensor& steps, int64_t vocab_offset,
+                              const Tensor& ids, const Tensor& scores) override;
 
   ThreadPool pool_;
   bool use_ref_ = false;

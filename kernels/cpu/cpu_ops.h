@@ -34,6 +34,9 @@ void CpuGatedNormApply(const CpuContext& ctx, const Tensor& gated, const Tensor&
                        const Tensor& weight, int64_t group_size, float eps, const Tensor& out);
 void CpuArgmax(const CpuContext& ctx, const Tensor& logits, const Tensor& ids,
                const Tensor& values);
+void CpuGumbelArgmax(const CpuContext& ctx, const Tensor& logits, const Tensor& temperatures,
+                     const Tensor& seeds, const Tensor& steps, int64_t vocab_offset,
+                     const Tensor& ids, const Tensor& scores);
 
 // Row pointer helpers for rank-2 f32 views with strided rows.
 inline float* RowF32(const Tensor& t, int64_t row) { return t.data<float>() + row * t.stride(0); }

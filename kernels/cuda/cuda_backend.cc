@@ -193,4 +193,11 @@ absl::Status CudaBackend::DoArgmax(const Tensor& logits, const Tensor& ids,
   return LaunchArgmax(ctx_, logits, ids, values);
 }
 
+absl::Status CudaBackend::DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
+                                         const Tensor& seeds, const Tensor& steps,
+                                         int64_t vocab_offset, const Tensor& ids,
+                                         const Tensor& scores) {
+  return LaunchGumbelArgmax(ctx_, logits, temperatures, seeds, steps, vocab_offset, ids, scores);
+}
+
 }  // namespace coil::cuda

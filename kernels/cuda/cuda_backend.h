@@ -76,6 +76,9 @@ class CudaBackend final : public Backend {
   absl::Status DoGatedNormApply(const Tensor& gated, const Tensor& sumsq, const Tensor& weight,
                                 int64_t group_size, float eps, const Tensor& out) override;
   absl::Status DoArgmax(const Tensor& logits, const Tensor& ids, const Tensor& values) override;
+  absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
+                              const Tensor& seeds, const Tensor& steps, int64_t vocab_offset,
+                              const Tensor& ids, const Tensor& scores) override;
 
   // Returns `batch` with device mirrors: itself when the caller set them, else a copy whose
   // mirrors point at this backend's batch staging, filled by one upload.

@@ -69,6 +69,10 @@ absl::Status LaunchGatedNormApply(const CudaContext& ctx, const Tensor& gated,
                                   float eps, const Tensor& out);
 absl::Status LaunchArgmax(const CudaContext& ctx, const Tensor& logits, const Tensor& ids,
                           const Tensor& values);
+absl::Status LaunchGumbelArgmax(const CudaContext& ctx, const Tensor& logits,
+                                const Tensor& temperatures, const Tensor& seeds,
+                                const Tensor& steps, int64_t vocab_offset, const Tensor& ids,
+                                const Tensor& scores);
 
 }  // namespace coil::cuda
 

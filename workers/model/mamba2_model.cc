@@ -262,6 +262,9 @@ absl::Status Mamba2Model::GrowScratch(int64_t rows, int64_t sampled_rows) {
                                                      layout_.vocab.size()));
     // Argmax output: [sampled] i32 ids, then [sampled] f32 values.
     COIL_ASSIGN_OR_RETURN(argmax_, backend_.Allocate(static_cast<size_t>(sampled_rows) * 8));
+    // GumbelArgmax: [sampled] f32 temperatures, [sampled, 2] i32 seeds, [sampled] i32 steps
+    // (one upload), then [sampled] i32 ids and [sampled, 2] i32 score bits (one download).
+    COIL_ASSIGN_OR_RETURN(gumbel_, backend_.Allocate(static_cast<size_t>(sampled_rows) * 28));
     scratch_sampled_ = sampled_rows;
   }
   return absl::OkStatus();
@@ -566,6 +569,18 @@ absl::Status Mamba2Model::Forward(const StepMetadata& meta, StatePool& pool, boo
   return backend_.CopyToHost(logits.data(), logits_.data(), logits.size() * 4);
 }
 
+absl::StatusOr<int32_t> Mamba2Model::FirstNonNanId(int64_t r, int64_t width,
+                                                   int64_t valid) {
+  // Rare (a row without a value above -inf): read the row back.
+  std::vector<float> row(static_cast<size_t>(valid));
+  COIL_RETURN_IF_ERROR(backend_.CopyToHost(
+      row.data(), static_cast<const float*>(logits_.data()) + r * width, row.size() * 4));
+  for (int64_t i = 0; i < valid; ++i) {
+    if (!std::isnan(row[i])) return static_cast<int32_t>(layout_.vocab.begin + i);
+  }
+  return -1;
+}
+
 absl::Status Mamba2Model::ForwardArgmax(const StepMetadata& meta, StatePool& pool,
                                         std::vector<int32_t>& ids, std::vector<float>& values) {
   ids.clear();
@@ -588,24 +603,70 @@ absl::Status Mamba2Model::ForwardArgmax(const StepMetadata& meta, StatePool& poo
   COIL_RETURN_IF_ERROR(backend_.CopyToHost(ids.data(), out_ids, static_cast<size_t>(sampled) * 4));
   COIL_RETURN_IF_ERROR(
       backend_.CopyToHost(values.data(), out_values, static_cast<size_t>(sampled) * 4));
-  std::vector<float> row;
   for (int64_t r = 0; r < sampled; ++r) {
     if (values[r] != -std::numeric_limits<float>::infinity()) {
       ids[r] += static_cast<int32_t>(layout_.vocab.begin);
       continue;
     }
     // No value above -inf: Argmax answers index 0, but the greedy rule takes the first
-    // non-NaN column (a -inf), or nothing when every column is NaN. Rare: read the row.
-    row.resize(static_cast<size_t>(valid));
-    COIL_RETURN_IF_ERROR(backend_.CopyToHost(row.data(), static_cast<const float*>(logits_.data()) + r * width,
-                                             row.size() * 4));
-    ids[r] = -1;
-    for (int64_t i = 0; i < valid; ++i) {
-      if (!std::isnan(row[i])) {
-        ids[r] = static_cast<int32_t>(layout_.vocab.begin + i);
-        break;
-      }
+    // non-NaN column (a -inf), or nothing when every column is NaN.
+    COIL_ASSIGN_OR_RETURN(ids[r], FirstNonNanId(r, width, valid));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mamba2Model::ForwardGumbel(const StepMetadata& meta, StatePool& pool,
+                                        const std::vector<float>& temperatures,
+                                        const std::vector<uint64_t>& seeds,
+                                        const std::vector<int32_t>& steps,
+                                        std::vector<int32_t>& ids, std::vector<double>& scores) {
+  ids.clear();
+  scores.clear();
+  if (meta.num_tokens() == 0) return absl::OkStatus();
+  COIL_ASSIGN_OR_RETURN(const int64_t sampled, RunStep(meta, pool, /*all_rows=*/false));
+  if (temperatures.size() != static_cast<size_t>(sampled) || seeds.size() != temperatures.size() ||
+      steps.size() != temperatures.size()) {
+    return absl::InternalError(absl::StrCat("gumbel sampling got ", temperatures.size(),
+                                            " temperatures, ", seeds.size(), " seeds and ",
+                                            steps.size(), " steps for ", sampled, " rows"));
+  }
+  ids.assign(static_cast<size_t>(sampled), -1);
+  scores.assign(static_cast<size_t>(sampled), -std::numeric_limits<double>::infinity());
+  const int64_t width = layout_.vocab.size();
+  const int64_t valid = std::clamp<int64_t>(config_.vocab_size - layout_.vocab.begin, 0, width);
+  if (sampled == 0 || valid == 0) return absl::OkStatus();
+  // The parameters, in the buffer's order: temperatures, seed words, steps.
+  std::vector<int32_t> params(static_cast<size_t>(sampled) * 4);
+  for (int64_t r = 0; r < sampled; ++r) {
+    std::memcpy(&params[r], &temperatures[r], 4);
+    params[sampled + 2 * r] = static_cast<int32_t>(static_cast<uint32_t>(seeds[r]));
+    params[sampled + 2 * r + 1] = static_cast<int32_t>(static_cast<uint32_t>(seeds[r] >> 32));
+    params[3 * sampled + r] = steps[r];
+  }
+  int32_t* const base = static_cast<int32_t*>(gumbel_.data());
+  COIL_RETURN_IF_ERROR(backend_.CopyFromHost(base, params.data(), params.size() * 4));
+  const Device device = backend_.device();
+  const Tensor logits(logits_.data(), ::coil::DType::kF32, {sampled, width}, device);
+  int32_t* const out = base + 4 * sampled;  // ids, then score words
+  COIL_RETURN_IF_ERROR(backend_.GumbelArgmax(
+      logits.Columns(0, valid), Tensor(base, ::coil::DType::kF32, {sampled}, device),
+      Tensor(base + sampled, ::coil::DType::kI32, {sampled, 2}, device),
+      Tensor(base + 3 * sampled, ::coil::DType::kI32, {sampled}, device), layout_.vocab.begin,
+      Tensor(out, ::coil::DType::kI32, {sampled}, device),
+      Tensor(out + sampled, ::coil::DType::kI32, {sampled, 2}, device)));
+  std::vector<int32_t> result(static_cast<size_t>(sampled) * 3);
+  COIL_RETURN_IF_ERROR(backend_.CopyToHost(result.data(), out, result.size() * 4));
+  for (int64_t r = 0; r < sampled; ++r) {
+    const uint64_t bits = static_cast<uint64_t>(static_cast<uint32_t>(result[sampled + 2 * r])) |
+                          (static_cast<uint64_t>(static_cast<uint32_t>(result[sampled + 2 * r + 1])) << 32);
+    std::memcpy(&scores[r], &bits, sizeof(double));
+    if (scores[r] != -std::numeric_limits<double>::infinity()) {
+      ids[r] = result[r] + static_cast<int32_t>(layout_.vocab.begin);
+      continue;
     }
+    // No score above -inf: the host sampler's scan keeps the first non-NaN column (a -inf
+    // score), or nothing when every column is NaN.
+    COIL_ASSIGN_OR_RETURN(ids[r], FirstNonNanId(r, width, valid));
   }
   return absl::OkStatus();
 }

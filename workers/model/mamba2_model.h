@@ -93,6 +93,18 @@ class Mamba2Model {
   absl::Status ForwardArgmax(const StepMetadata& meta, StatePool& pool,
                              std::vector<int32_t>& ids, std::vector<float>& values);
 
+  // Runs the step like ForwardArgmax, but per sampled row r takes the Gumbel-max over this
+  // rank's real-vocabulary columns (Backend::GumbelArgmax with temperatures[r], seeds[r],
+  // steps[r]): the global id and its f64 score, or id -1 where this rank holds no real
+  // column or the row has no non-NaN value (a row of -inf gives its first non-NaN id and
+  // -inf). What plain temperature sampling merges across ranks. The parameters are uploaded
+  // after the step (a decode graph replays unchanged); only [rows] pairs leave the device.
+  absl::Status ForwardGumbel(const StepMetadata& meta, StatePool& pool,
+                             const std::vector<float>& temperatures,
+                             const std::vector<uint64_t>& seeds,
+                             const std::vector<int32_t>& steps, std::vector<int32_t>& ids,
+                             std::vector<double>& scores);
+
   // Whether decode-only steps are padded to a bucket and replayed as graphs (the backend
   // and communicator allow it and LoadOptions::cuda_graphs is set). The same on every rank.
   bool graphs_enabled() const;
@@ -101,6 +113,10 @@ class Mamba2Model {
   int64_t graph_replays() const { return graph_replays_; }
 
  private:
+  // The global id of the first non-NaN column among the `valid` real ones of sampled row
+  // `r` of the logits buffer (rows `width` wide), or -1 when all are NaN.
+  absl::StatusOr<int32_t> FirstNonNanId(int64_t r, int64_t width, int64_t valid);
+
   struct Layer {
     Tensor norm;         // f32 [D]
     Tensor in_proj;      // [in_proj_rows, D]: z | x | B | C | dt of this rank
@@ -172,7 +188,7 @@ class Mamba2Model {
   int64_t scratch_rows_ = 0;
   int64_t scratch_sampled_ = 0;
   Buffer residual_, normed_, mixer_out_, zxbcdt_, xbc_, y_, sumsq_, group_sums_, sampled_,
-      logits_, argmax_;
+      logits_, argmax_, gumbel_;
   Buffer meta_;  // the step's packed metadata (PackStepMetadata), token ids first
   Buffer agree_;  // one float: the ranks' all-reduced count of failed scratch growths
   // Incremented whenever a scratch buffer is reallocated: graphs of older generations

@@ -591,6 +591,93 @@ class ArgmaxCase : public OpCase {
   std::optional<DeviceArray> d_l_, d_i_, d_v_;
 };
 
+
+// ---------------------------------------------------------------- GumbelArgmax
+class GumbelArgmaxCase : public OpCase {
+ public:
+  // pad: the logits are a column view of a row 3 columns wider (padded vocab ids dropped);
+  // nans: NaN at random columns of every row, and row 0 is all -inf (id 0, score -inf).
+  GumbelArgmaxCase(int64_t rows, int64_t vocab, int64_t vocab_offset, bool pad, bool nans)
+      : rows_(rows), vocab_(vocab), offset_(vocab_offset), pad_(pad), nans_(nans) {}
+  std::string Op() const override { return "GumbelArgmax"; }
+  std::string Params() const override {
+    return absl::StrCat("f32_t", rows_, "_v", vocab_, "_off", offset_, pad_ ? "_pad" : "",
+                        nans_ ? "_nans" : "");
+  }
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    logits_ = RandomFloats(rng, rows_ * width(), -10.0f, 10.0f);
+    temperatures_.resize(rows_);
+    seeds_.resize(2 * rows_);
+    steps_.resize(rows_);
+    std::uniform_real_distribution<float> temperature(0.05f, 3.0f);
+    for (int64_t t = 0; t < rows_; ++t) {
+      temperatures_[t] = temperature(rng);
+      const uint64_t s = rng();
+      seeds_[2 * t] = static_cast<int32_t>(static_cast<uint32_t>(s));
+      seeds_[2 * t + 1] = static_cast<int32_t>(static_cast<uint32_t>(s >> 32));
+      steps_[t] = static_cast<int32_t>(rng() % 100000);
+    }
+    if (!nans_) return;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::uniform_int_distribution<int64_t> col(0, vocab_ - 1);
+    for (int64_t t = 0; t < rows_; ++t) {
+      for (int i = 0; i < 7; ++i) logits_[t * width() + col(rng)] = nan;
+    }
+    for (int64_t j = 0; j < vocab_; ++j) {
+      logits_[j] = j % 5 == 0 ? nan : -std::numeric_limits<float>::infinity();
+    }
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_l_, DeviceArray::FromFloats(backend, logits_));
+    COIL_ASSIGN_OR_RETURN(d_t_, DeviceArray::FromFloats(backend, temperatures_));
+    COIL_ASSIGN_OR_RETURN(d_s_, DeviceArray::FromInts(backend, seeds_));
+    COIL_ASSIGN_OR_RETURN(d_k_, DeviceArray::FromInts(backend, steps_));
+    COIL_ASSIGN_OR_RETURN(d_i_, DeviceArray::FromInts(backend, std::vector<int32_t>(rows_, -1)));
+    COIL_ASSIGN_OR_RETURN(d_o_,
+                          DeviceArray::FromInts(backend, std::vector<int32_t>(2 * rows_, -1)));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    const Device dev = backend.device();
+    const Tensor logits(d_l_->data(), DType::kF32, {rows_, width()}, dev);
+    return backend.GumbelArgmax(pad_ ? logits.Columns(0, vocab_) : logits,
+                                Tensor(d_t_->data(), DType::kF32, {rows_}, dev),
+                                Tensor(d_s_->data(), DType::kI32, {rows_, 2}, dev),
+                                Tensor(d_k_->data(), DType::kI32, {rows_}, dev), offset_,
+                                Tensor(d_i_->data(), DType::kI32, {rows_}, dev),
+                                Tensor(d_o_->data(), DType::kI32, {rows_, 2}, dev));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    COIL_ASSIGN_OR_RETURN(auto ids, d_i_->ReadInts());
+    COIL_ASSIGN_OR_RETURN(auto words, d_o_->ReadInts());
+    r.outputs.emplace_back("ids", std::vector<float>(ids.begin(), ids.end()));
+    // The scores' bits as 16-bit halves: exact in a float.
+    std::vector<float> halves;
+    for (int32_t w : words) {
+      const uint32_t u = static_cast<uint32_t>(w);
+      halves.push_back(static_cast<float>(u & 0xffffu));
+      halves.push_back(static_cast<float>(u >> 16));
+    }
+    r.outputs.emplace_back("score_bits", std::move(halves));
+    return r;
+  }
+  // Ids and score bits must match exactly: NMSE 0.
+  double max_nmse() const override { return 0.0; }
+  double flops() const override { return 200.0 * rows_ * vocab_; }
+  double bytes() const override { return 4.0 * rows_ * vocab_; }
+
+ private:
+  int64_t width() const { return pad_ ? vocab_ + 3 : vocab_; }
+
+  int64_t rows_, vocab_, offset_;
+  bool pad_, nans_;
+  std::vector<float> logits_, temperatures_;
+  std::vector<int32_t> seeds_, steps_;
+  std::optional<DeviceArray> d_l_, d_t_, d_s_, d_k_, d_i_, d_o_;
+};
+
 }  // namespace
 
 std::vector<std::unique_ptr<OpCase>> TestOpCases() {
@@ -700,6 +787,10 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   cases.push_back(std::make_unique<ArgmaxCase>(4, 1000, true));
   // A vocabulary row as wide as mamba2's (many columns per thread of a wide block).
   cases.push_back(std::make_unique<ArgmaxCase>(2, 50288, true));
+  cases.push_back(std::make_unique<GumbelArgmaxCase>(5, 1000, 0, false, false));
+  cases.push_back(std::make_unique<GumbelArgmaxCase>(3, 37, 1000, true, true));
+  // A second rank's shard of mamba2's vocabulary, padded ids dropped by the view.
+  cases.push_back(std::make_unique<GumbelArgmaxCase>(2, 25141, 25144, true, true));
   return cases;
 }
 
@@ -723,6 +814,7 @@ std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode) {
   cases.push_back(std::make_unique<GatedSumSquaresCase>(rows, 1536, 1));
   cases.push_back(std::make_unique<GatedNormApplyCase>(rows, 1536, 1, 1536));
   cases.push_back(std::make_unique<ArgmaxCase>(rows, 50288));
+  cases.push_back(std::make_unique<GumbelArgmaxCase>(rows, 50277, 0, true, false));
   return cases;
 }
 

@@ -2,6 +2,7 @@
 // and their scratch-row padding (a padded step computes the real rows bit for bit as the
 // unpadded one and touches no other state row), and greedy sampling from the device argmax
 // (the same tokens as the host sampler).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -131,6 +132,51 @@ std::unique_ptr<LoadedModel> LoadTiny(const std::string& name, int64_t state_row
   return std::move(loaded).value();
 }
 
+// The host path's view of `plan`: `host` (the same weights, its own pool) runs the step,
+// the host sampler takes its logits.
+struct HostStep {
+  std::vector<const ScheduledSequence*> rows;
+  std::vector<float> logits;  // this rank's columns of the sampled rows
+  std::vector<SampledToken> tokens;
+};
+
+HostStep StepOnHost(LoadedModel& host, const StepPlan& plan) {
+  HostStep step;
+  auto meta = BuildStepMetadata(plan, host.model->config().padded_vocab_size(), 8);
+  EXPECT_TRUE(meta.ok()) << meta.status();
+  if (!meta.ok()) return step;
+  auto& pool = const_cast<StatePool&>(host.runner->state_pool());
+  EXPECT_TRUE(host.model->Forward(*meta, pool, false, step.logits).ok());
+  for (int32_t s : meta->sample_sequences) step.rows.push_back(&plan.sequences[s]);
+  Sampler sampler(host.comm, host.model->layout().vocab,
+                  static_cast<int32_t>(host.model->config().vocab_size));
+  std::vector<float> scratch = step.logits;  // Sample changes its input
+  auto tokens = sampler.Sample(step.rows, scratch.data());
+  EXPECT_TRUE(tokens.ok()) << tokens.status();
+  if (tokens.ok()) step.tokens = std::move(tokens).value();
+  return step;
+}
+
+// Checks the device path's tokens against the host path's, then appends each token to its
+// prompt and returns the next step's decode runs.
+std::vector<ScheduledSequence> CompareAndDecode(const StepResult& result, const HostStep& host,
+                                                int32_t vocab, int step,
+                                                std::vector<std::vector<int32_t>>& prompts) {
+  EXPECT_EQ(result.tokens.size(), host.tokens.size());
+  std::vector<ScheduledSequence> runs;
+  for (size_t r = 0; r < host.rows.size() && r < result.tokens.size(); ++r) {
+    EXPECT_EQ(result.tokens[r].token_id, host.tokens[r].token_id)
+        << "step " << step << " row " << r;
+    EXPECT_EQ(result.tokens[r].request_id, host.tokens[r].request_id);
+    EXPECT_LT(result.tokens[r].token_id, vocab);
+    const auto id = host.rows[r]->request_id;
+    prompts[id].push_back(result.tokens[r].token_id);
+    const int32_t n = static_cast<int32_t>(prompts[id].size());
+    runs.push_back(RunOf(id, static_cast<int32_t>(id), prompts[id], n - 1, 1));
+  }
+  return runs;
+}
+
 // Three sequences prefilled on slots 0, 2 and 4 and one more on 5 that sits the decode out;
 // then the three decode once, unpadded on one model and padded to 4 on the other.
 TEST(DecodePaddingTest, PaddedDecodeKeepsTheRealRowsAndEveryOtherStateRow) {
@@ -195,33 +241,48 @@ TEST(GreedyDevicePathTest, SameTokensAsTheHostSampler) {
     const StepPlan plan = PlanOf(runs, static_cast<uint64_t>(step + 1));
     const StepResult result = device->runner->Execute(plan);
     ASSERT_TRUE(result.ok) << result.error;
-    auto meta = BuildStepMetadata(plan, device->model->config().padded_vocab_size(), 8);
-    ASSERT_TRUE(meta.ok());
-    std::vector<float> logits;
-    auto& pool = const_cast<StatePool&>(host->runner->state_pool());
-    ASSERT_TRUE(host->model->Forward(*meta, pool, false, logits).ok());
-    std::vector<const ScheduledSequence*> rows;
-    for (int32_t s : meta->sample_sequences) rows.push_back(&plan.sequences[s]);
-    ASSERT_TRUE(Sampler::AllGreedy(rows));
-    Sampler sampler(host->comm, host->model->layout().vocab, vocab);
-    auto expected = sampler.Sample(rows, logits.data());
-    ASSERT_TRUE(expected.ok());
-    ASSERT_EQ(result.tokens.size(), expected->size());
-    for (size_t r = 0; r < rows.size(); ++r) {
-      EXPECT_EQ(result.tokens[r].token_id, (*expected)[r].token_id)
-          << "step " << step << " row " << r;
-      EXPECT_EQ(result.tokens[r].request_id, (*expected)[r].request_id);
-      EXPECT_LT(result.tokens[r].token_id, vocab);
-    }
-    // Next: every sequence decodes the token it was given.
-    runs.clear();
-    for (size_t r = 0; r < rows.size(); ++r) {
-      prompts[rows[r]->request_id].push_back(result.tokens[r].token_id);
-      const auto id = rows[r]->request_id;
-      const int32_t n = static_cast<int32_t>(prompts[id].size());
-      runs.push_back(RunOf(id, static_cast<int32_t>(id), prompts[id], n - 1, 1));
-    }
+    const HostStep expected = StepOnHost(*host, plan);
+    ASSERT_TRUE(Sampler::AllGreedy(expected.rows));
+    runs = CompareAndDecode(result, expected, vocab, step, prompts);
   }
+}
+
+// Plain temperature steps take the device Gumbel-max path; the host sampler over the same
+// step's logits must choose the same tokens, step after step (the draws depend on the seed
+// and the rng step only, so both sides draw the same numbers).
+TEST(GumbelDevicePathTest, SameTokensAsTheHostSampler) {
+  std::unique_ptr<LoadedModel> device = LoadTiny("gumbel_device", 8);
+  std::unique_ptr<LoadedModel> host = LoadTiny("gumbel_host", 8);
+  const int32_t vocab = static_cast<int32_t>(device->model->config().vocab_size);
+  const float temperatures[] = {0.3f, 1.0f, 2.0f, 5.0f, 0.8f};
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<ScheduledSequence> runs;
+  for (int i = 0; i < 5; ++i) {
+    prompts.push_back(TokensBelow(vocab, 3 + 4 * i, 90 + i));
+    runs.push_back(RunOf(i, i, prompts[i], 0, static_cast<int32_t>(prompts[i].size())));
+  }
+  int differs_from_argmax = 0;
+  for (int step = 0; step < 6; ++step) {
+    for (ScheduledSequence& run : runs) {
+      run.sampling.temperature = temperatures[run.request_id];
+      run.sampling.seed = 0x9e3779b97f4a7c15ull * (run.request_id + 1);
+      run.rng_step = step;
+    }
+    const StepPlan plan = PlanOf(runs, static_cast<uint64_t>(step + 1));
+    const StepResult result = device->runner->Execute(plan);
+    ASSERT_TRUE(result.ok) << result.error;
+    const HostStep expected = StepOnHost(*host, plan);
+    ASSERT_TRUE(Sampler::AllPlainTemperature(expected.rows));
+    const int64_t width = host->model->layout().vocab.size();
+    for (size_t r = 0; r < result.tokens.size() && r < expected.rows.size(); ++r) {
+      const float* row = expected.logits.data() + r * width;
+      differs_from_argmax += result.tokens[r].token_id !=
+                             static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    }
+    runs = CompareAndDecode(result, expected, vocab, step, prompts);
+  }
+  // The steps really sampled (not the argmax every time).
+  EXPECT_GT(differs_from_argmax, 0);
 }
 
 TEST(GreedyDevicePathTest, OnlyStepsWhoseRowsAreAllPlainGreedyQualify) {

@@ -157,6 +157,9 @@ TEST_P(TensorParallelTest, ShardedModelMatchesTheWholeModel) {
   sampled.top_k = 20;
   sampled.top_p = 1.0f;
   EXPECT_EQ(Generate(*sharded->runner, prompt, sampled, 64), Generate(*whole->runner, prompt, sampled, 64));
+  // Plain temperature: each rank's Gumbel-max on the device, merged by score, then id.
+  sampled.top_k = 0;
+  EXPECT_EQ(Generate(*sharded->runner, prompt, sampled, 64), Generate(*whole->runner, prompt, sampled, 64));
 }
 
 // ngroups 1 (every rank has a copy of the group), 2 (at TP4 two ranks share each group), 4
@@ -245,6 +248,11 @@ class AllocationFailingBackend final : public Backend {
   }
   absl::Status DoArgmax(const Tensor& logits, const Tensor& ids, const Tensor& values) override {
     return cpu_->Argmax(logits, ids, values);
+  }
+  absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
+                              const Tensor& seeds, const Tensor& steps, int64_t vocab_offset,
+                              const Tensor& ids, const Tensor& scores) override {
+    return cpu_->GumbelArgmax(logits, temperatures, seeds, steps, vocab_offset, ids, scores);
   }
 
   std::unique_ptr<Backend> cpu_;

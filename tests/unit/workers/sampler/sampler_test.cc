@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/backend_factory.h"
 #include "workers/comm/communicator.h"
 #include "workers/philox.h"
 
@@ -272,6 +275,122 @@ TEST(VocabPartitionTest, ContiguousNearEqualRangesCoverEverything) {
       next = range.end;
     }
     EXPECT_EQ(next, 1003);
+  }
+}
+
+
+// Backend::GumbelArgmax over real ids (the whole row, or each rank's shard merged by the
+// larger score and then the lower id) picks the sampler's token for plain temperature rows,
+// step after step; the sampler is the independent implementation.
+TEST(SamplerTest, GumbelArgmaxOpMatchesPlainTemperatureSampling) {
+  auto comm = MakeComm();
+  auto backend = CreateBackend(BackendKind::kCpu);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  constexpr int32_t kPadded = 1000, kVocab = 990;
+  constexpr int64_t kRows = 6;
+  const float temperatures[kRows] = {0.05f, 0.3f, 0.7f, 1.0f, 1.9f, 5.0f};
+  std::mt19937 rng(11);
+  std::vector<ScheduledSequence> sequences(kRows);
+  for (int64_t r = 0; r < kRows; ++r) {
+    sequences[r].sample = true;
+    sequences[r].sampling.temperature = temperatures[r];
+    sequences[r].sampling.seed = (uint64_t{rng()} << 32) | rng();
+  }
+  std::vector<const ScheduledSequence*> pointers;
+  for (const auto& s : sequences) pointers.push_back(&s);
+  ASSERT_TRUE(Sampler::AllPlainTemperature(pointers));
+  const VocabRange range = PartitionVocab(kPadded, comm->size(), comm->rank());
+  const int32_t local_valid = std::min(range.end, kVocab) - range.begin;
+  ASSERT_GT(local_valid, 0);
+  const Device dev = (*backend)->device();
+  int distinct_tokens = 0;
+  for (int32_t step = 0; step < 25; ++step) {
+    std::vector<std::vector<float>> rows;
+    std::vector<float> whole, temps(kRows);
+    std::vector<int32_t> seeds(2 * kRows), steps(kRows, step);
+    for (int64_t r = 0; r < kRows; ++r) {
+      sequences[r].rng_step = step;
+      rows.push_back(RandomRow(rng, kPadded, 3.0f));
+      whole.insert(whole.end(), rows.back().begin(), rows.back().end());
+      temps[r] = temperatures[r];
+      seeds[2 * r] = static_cast<int32_t>(static_cast<uint32_t>(sequences[r].sampling.seed));
+      seeds[2 * r + 1] = static_cast<int32_t>(sequences[r].sampling.seed >> 32);
+    }
+    const std::vector<SampledToken> expected =
+        ShardedSample(*comm, rows, sequences, kPadded, kVocab);
+    ASSERT_EQ(expected.size(), static_cast<size_t>(kRows));
+
+    const Tensor t_temps(temps.data(), DType::kF32, {kRows}, dev);
+    const Tensor t_seeds(seeds.data(), DType::kI32, {kRows, 2}, dev);
+    const Tensor t_steps(steps.data(), DType::kI32, {kRows}, dev);
+    std::vector<int32_t> ids(kRows, -1), scores(2 * kRows, 0);
+    // The whole row on one device: column 0 is id 0; the view drops the padded ids.
+    ASSERT_TRUE((*backend)
+                    ->GumbelArgmax(Tensor(whole.data(), DType::kF32, {kRows, kPadded}, dev)
+                                       .Columns(0, kVocab),
+                                   t_temps, t_seeds, t_steps, 0,
+                                   Tensor(ids.data(), DType::kI32, {kRows}, dev),
+                                   Tensor(scores.data(), DType::kI32, {kRows, 2}, dev))
+                    .ok());
+    for (int64_t r = 0; r < kRows; ++r) {
+      EXPECT_EQ(ids[r], expected[r].token_id) << "step " << step << " row " << r;
+    }
+
+    // This rank's shard, then the cross-rank merge a tensor-parallel step would do.
+    std::vector<float> local;
+    for (const auto& row : rows) local.insert(local.end(), row.begin() + range.begin, row.begin() + range.end);
+    ASSERT_TRUE(
+        (*backend)
+            ->GumbelArgmax(
+                Tensor(local.data(), DType::kF32, {kRows, range.size()}, dev).Columns(0, local_valid),
+                t_temps, t_seeds, t_steps, range.begin,
+                Tensor(ids.data(), DType::kI32, {kRows}, dev),
+                Tensor(scores.data(), DType::kI32, {kRows, 2}, dev))
+            .ok());
+    struct Scored {
+      double score;
+      int32_t id;
+      int32_t padding;
+    };
+    std::vector<Scored> mine(kRows), all(kRows * static_cast<size_t>(comm->size()));
+    for (int64_t r = 0; r < kRows; ++r) {
+      const uint64_t bits = static_cast<uint32_t>(scores[2 * r]) |
+                            (uint64_t{static_cast<uint32_t>(scores[2 * r + 1])} << 32);
+      std::memcpy(&mine[r].score, &bits, sizeof(double));
+      mine[r].id = range.begin + ids[r];
+      mine[r].padding = 0;
+      // The shard's score is the sampler's formula at the shard's winner.
+      EXPECT_EQ(mine[r].score,
+                static_cast<double>(local[r * range.size() + ids[r]]) / double{temperatures[r]} +
+                    Gumbel(sequences[r].sampling.seed, static_cast<uint32_t>(step),
+                           static_cast<uint32_t>(mine[r].id)));
+    }
+    ASSERT_TRUE(comm->AllGatherBytes(mine.data(), mine.size() * sizeof(Scored), all.data()).ok());
+    for (int64_t r = 0; r < kRows; ++r) {
+      Scored best = all[r];
+      for (int k = 1; k < comm->size(); ++k) {
+        const Scored& c = all[k * kRows + r];
+        if (c.score > best.score || (c.score == best.score && c.id < best.id)) best = c;
+      }
+      EXPECT_EQ(best.id, expected[r].token_id) << "step " << step << " row " << r;
+      distinct_tokens += expected[r].token_id != expected[0].token_id;
+    }
+  }
+  EXPECT_GT(distinct_tokens, 0);  // the rows really sample different tokens
+
+  // Any restriction, penalty, logprob or greedy row leaves the host path in charge.
+  for (int which = 0; which < 6; ++which) {
+    std::vector<ScheduledSequence> changed = sequences;
+    SamplingParams& p = changed[2].sampling;
+    if (which == 0) p.top_k = 5;
+    if (which == 1) p.top_p = 0.9f;
+    if (which == 2) p.min_p = 0.1f;
+    if (which == 3) p.presence_penalty = 0.5f;
+    if (which == 4) p.logprobs = true;
+    if (which == 5) p.temperature = 0.0f;
+    std::vector<const ScheduledSequence*> changed_pointers;
+    for (const auto& s : changed) changed_pointers.push_back(&s);
+    EXPECT_FALSE(Sampler::AllPlainTemperature(changed_pointers)) << "case " << which;
   }
 }
 
