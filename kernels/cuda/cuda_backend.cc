@@ -36,6 +36,27 @@ absl::StatusOr<void*> Workspace::Get(size_t bytes, cudaStream_t stream) {
   return data_;
 }
 
+absl::StatusOr<int> ChooseGpu(int requested, int visible) {
+  if (requested >= 0 && requested < visible) return requested;
+  // A launcher that gives every rank its own GPU (CUDA_VISIBLE_DEVICES per rank, a
+  // Kubernetes device plugin) leaves each process one visible GPU whatever its local rank.
+  if (requested >= 0 && visible == 1) return 0;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "GPU index ", requested, " is out of range: ", visible,
+      " GPU(s) visible; start at most one rank per visible GPU on each node, or give each "
+      "rank its own GPU with CUDA_VISIBLE_DEVICES"));
+}
+
+absl::Status CudaBackend::MakeCurrent() const {
+  // The CUDA runtime's current device is per host thread, and a backend may be driven from
+  // another thread than the one that created it (rank 0's engine thread): every entry
+  // point makes this backend's GPU current first. cudaGetDevice is a cheap host call.
+  int current = -1;
+  COIL_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  if (current != ctx_.device) COIL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ctx_.device));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device_index) {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
@@ -46,11 +67,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device_inde
         error == cudaSuccess ? "device count 0" : cudaGetErrorString(error),
         "); run on a machine with an NVIDIA GPU and driver, or use --device cpu"));
   }
-  if (device_index < 0 || device_index >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("GPU index ", device_index,
-                                                   " is out of range: ", count,
-                                                   " GPU(s) visible; use 0..", count - 1));
-  }
+  COIL_ASSIGN_OR_RETURN(device_index, ChooseGpu(device_index, count));
   auto backend = std::unique_ptr<CudaBackend>(new CudaBackend());
   CudaContext& ctx = backend->ctx_;
   ctx.device = device_index;
@@ -76,6 +93,7 @@ CudaBackend::~CudaBackend() {
 }
 
 absl::StatusOr<Buffer> CudaBackend::DoAllocate(size_t bytes) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   const size_t rounded = (bytes + 255) / 256 * 256;
   void* data = nullptr;
   const cudaError_t error = cudaMalloc(&data, rounded == 0 ? 256 : rounded);
@@ -91,6 +109,7 @@ absl::StatusOr<Buffer> CudaBackend::DoAllocate(size_t bytes) {
 }
 
 absl::Status CudaBackend::DoCopy(void* dst, const void* src, size_t bytes, bool to_host) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   if (bytes == 0) return absl::OkStatus();
   if (to_host) {
     COIL_CUDA_RETURN_IF_ERROR(
@@ -106,11 +125,13 @@ absl::Status CudaBackend::DoCopy(void* dst, const void* src, size_t bytes, bool 
 }
 
 absl::Status CudaBackend::DoFillZero(void* dst, size_t bytes) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   COIL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dst, 0, bytes, ctx_.stream));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::DoSynchronize() {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   COIL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx_.stream));
   return absl::OkStatus();
 }
@@ -144,25 +165,30 @@ absl::StatusOr<RecurrentBatch> CudaBackend::WithDeviceMirrors(const RecurrentBat
 
 absl::Status CudaBackend::DoEmbedding(const Tensor& ids, const Tensor& table,
                                       int64_t vocab_offset, const Tensor& out) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   return LaunchEmbedding(ctx_, ids, table, vocab_offset, out);
 }
 
 absl::Status CudaBackend::DoAddRmsNorm(const Tensor& x, const Tensor& weight, float eps,
                                        const Tensor& residual, const Tensor& out) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   return LaunchAddRmsNorm(ctx_, x, weight, eps, residual, out);
 }
 
 absl::Status CudaBackend::ReserveMatmul(int64_t max_rows, int64_t max_k) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   return matmul_->Reserve(ctx_, max_rows, max_k);
 }
 
 absl::Status CudaBackend::DoMatmul(const Tensor& x, const Tensor& w, const Tensor& y) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   return matmul_->Run(ctx_, x, w, y);
 }
 
 absl::Status CudaBackend::DoCausalConv1d(const Tensor& x, const Tensor& weight,
                                          const Tensor& bias, const RecurrentBatch& batch,
                                          const Tensor& conv_state, const Tensor& out) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   COIL_ASSIGN_OR_RETURN(RecurrentBatch device_batch, WithDeviceMirrors(batch));
   return LaunchCausalConv1d(ctx_, x, weight, bias, device_batch, conv_state, out);
 }
@@ -172,6 +198,7 @@ absl::Status CudaBackend::DoSsmScan(const Tensor& x, const Tensor& dt, const Ten
                                     const Tensor& dt_bias, const SsmScanOptions& options,
                                     const RecurrentBatch& batch, const Tensor& ssm_state,
                                     const Tensor& y) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   COIL_ASSIGN_OR_RETURN(RecurrentBatch device_batch, WithDeviceMirrors(batch));
   return LaunchSsmScan(ctx_, x, dt, a_log, b, c, d, dt_bias, options, device_batch, ssm_state,
                        y);
@@ -179,17 +206,20 @@ absl::Status CudaBackend::DoSsmScan(const Tensor& x, const Tensor& dt, const Ten
 
 absl::Status CudaBackend::DoGatedSumSquares(const Tensor& y, const Tensor& z, int64_t ngroups,
                                             const Tensor& gated, const Tensor& sumsq) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   return LaunchGatedSumSquares(ctx_, y, z, ngroups, gated, sumsq);
 }
 
 absl::Status CudaBackend::DoGatedNormApply(const Tensor& gated, const Tensor& sumsq,
                                            const Tensor& weight, int64_t group_size, float eps,
                                            const Tensor& out) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   return LaunchGatedNormApply(ctx_, gated, sumsq, weight, group_size, eps, out);
 }
 
 absl::Status CudaBackend::DoArgmax(const Tensor& logits, const Tensor& ids,
                                    const Tensor& values) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   return LaunchArgmax(ctx_, logits, ids, values);
 }
 
@@ -197,6 +227,7 @@ absl::Status CudaBackend::DoGumbelArgmax(const Tensor& logits, const Tensor& tem
                                          const Tensor& seeds, const Tensor& steps,
                                          int64_t vocab_offset, const Tensor& ids,
                                          const Tensor& scores) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   return LaunchGumbelArgmax(ctx_, logits, temperatures, seeds, steps, vocab_offset, ids, scores);
 }
 

@@ -21,6 +21,11 @@ namespace coil::cuda {
 
 class CublasLtMatmul;
 
+// The GPU a process uses when it asks for `requested` and `visible` GPUs are visible:
+// `requested` when in range, else the only one when exactly one is visible (each rank
+// given its own GPU by its launcher), else INVALID_ARGUMENT saying how to fix the launch.
+absl::StatusOr<int> ChooseGpu(int requested, int visible);
+
 class CudaBackend final : public Backend {
  public:
   // Uses GPU `device_index` (as numbered by CUDA_VISIBLE_DEVICES); UNAVAILABLE when no GPU
@@ -48,6 +53,8 @@ class CudaBackend final : public Backend {
 
  private:
   CudaBackend() = default;
+  // Makes this backend's GPU the calling thread's current device.
+  absl::Status MakeCurrent() const;
 
   absl::StatusOr<Buffer> DoAllocate(size_t bytes) override;
   absl::Status DoCopy(void* dst, const void* src, size_t bytes, bool to_host) override;

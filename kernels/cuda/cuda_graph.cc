@@ -51,6 +51,7 @@ bool CudaBackend::IsGraphCurrent(const Graph& graph) const {
 }
 
 absl::Status CudaBackend::DoBeginCapture() {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   COIL_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ctx_.stream, &capture));
   if (capture != cudaStreamCaptureStatusNone) {
@@ -62,6 +63,7 @@ absl::Status CudaBackend::DoBeginCapture() {
 }
 
 absl::StatusOr<std::unique_ptr<Backend::Graph>> CudaBackend::DoEndCapture() {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(ctx_.stream, &graph);
   if (ended != cudaSuccess) {
@@ -85,6 +87,7 @@ absl::StatusOr<std::unique_ptr<Backend::Graph>> CudaBackend::DoEndCapture() {
 }
 
 absl::Status CudaBackend::DoReplay(const Graph& graph) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
   const auto* cuda_graph = dynamic_cast<const CudaGraph*>(&graph);
   if (cuda_graph == nullptr || cuda_graph->stream() != ctx_.stream) {
     return absl::InvalidArgumentError("the graph was not captured by this backend");

@@ -2,6 +2,8 @@
 // launches and writes every element where a GPU is visible.
 #include "kernels/cuda/runtime_info.h"
 
+#include "kernels/cuda/cuda_backend.h"
+
 #include <cuda_runtime_api.h>
 #include <cublas_api.h>
 #include <nccl.h>
@@ -35,6 +37,20 @@ TEST(CudaRuntimeTest, FillWritesEveryElement) {
             cudaSuccess);
   cudaFree(device);
   for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(host[i], 2.5f) << "index " << i;
+}
+
+// Worked out by hand: mpirun's local ranks 0..3 on a node with 4 GPUs take GPU r; a rank
+// whose launcher made exactly one GPU visible takes it whatever its local rank; more ranks
+// than GPUs on a node is refused with the fix.
+TEST(ChooseGpuTest, MapsLocalRanksToVisibleGpus) {
+  EXPECT_EQ(ChooseGpu(0, 4).value(), 0);
+  EXPECT_EQ(ChooseGpu(3, 4).value(), 3);
+  EXPECT_EQ(ChooseGpu(1, 1).value(), 0);
+  EXPECT_EQ(ChooseGpu(7, 1).value(), 0);
+  const absl::StatusOr<int> too_many = ChooseGpu(2, 2);
+  EXPECT_TRUE(absl::IsInvalidArgument(too_many.status()));
+  EXPECT_NE(too_many.status().message().find("2 GPU(s) visible"), absl::string_view::npos);
+  EXPECT_TRUE(absl::IsInvalidArgument(ChooseGpu(-1, 2).status()));
 }
 
 }  // namespace
