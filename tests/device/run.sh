@@ -11,6 +11,7 @@
 #   environment: OUT=DIR       copy the summary and every log there
 #                JOBS=16       build jobs          CUDA_ARCH=90   CMAKE_CUDA_ARCHITECTURES
 #                BUILD_DIR=build-device            EXTRA_TARGETS="t1 t2"  more test programs
+#                SANITIZE=1    also run the CUDA op cases under compute-sanitizer memcheck
 # Exit status: 0 when everything built and no test failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -119,6 +120,7 @@ program() {  # the built file of a target, or nothing
 }
 
 # ---- the test programs ----
+wrap=()  # a tool the test programs run under (compute-sanitizer), set for one call
 run_gtest() {  # run_gtest TARGET TIMEOUT [GTEST_FILTER]
   local name=$1 limit=$2 filter=${3:-} exe
   exe=$(program "$name")
@@ -131,7 +133,7 @@ run_gtest() {  # run_gtest TARGET TIMEOUT [GTEST_FILTER]
   start=$(date +%s)
   local args=(--gtest_color=no)
   [[ -n $filter ]] && args+=("--gtest_filter=$filter")
-  timeout "$limit" "$exe" "${args[@]}" > "$logs/$name.log" 2>&1
+  timeout "$limit" "${wrap[@]}" "$exe" "${args[@]}" > "$logs/$name.log" 2>&1
   status=$?
   local seconds=$(( $(date +%s) - start ))
   local passed failed skipped extra=""
@@ -151,6 +153,18 @@ run_gtest() {  # run_gtest TARGET TIMEOUT [GTEST_FILTER]
 run_gtest cuda_runtime_test 60
 run_gtest backend_ops_test 120
 run_gtest batch_invariance_test 60
+# SANITIZE=1: the CUDA op cases again under compute-sanitizer's memcheck (out-of-bounds and
+# misaligned accesses), e.g. on a first run of new kernels. Off by default: it is slow.
+if [[ ${SANITIZE:-0} == 1 ]]; then
+  if command -v compute-sanitizer >/dev/null; then
+    wrap=(compute-sanitizer --tool memcheck --error-exitcode 99)
+    cp "$(program backend_ops_test)" "$build/backend_ops_test_memcheck" 2>/dev/null &&
+      run_gtest backend_ops_test_memcheck 240 '*cuda*'
+    wrap=()
+  else
+    rows+=("| memcheck | - | - | - | - | compute-sanitizer not found |")
+  fi
+fi
 # The whole model: the GPU cases of the CPU model test (its CPU cases take minutes), and
 # the GPU test programs found above.
 run_gtest mamba2_model_test 120 '*Gpu*:*GPU*:*Cuda*:*CUDA*'
