@@ -49,6 +49,7 @@
 #include "scheduler/scheduler_config.h"
 #if COIL_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/runtime_info.h"
 #include "workers/comm/nccl_communicator.h"
 #endif
 #include "workers/comm/broadcast_channel.h"
@@ -190,7 +191,10 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
 
   const int64_t physical = PhysicalMemoryBytes();
   COIL_ASSIGN_OR_RETURN(const int64_t budget, ParseBytes(absl::GetFlag(FLAGS_memory_budget)));
-  if (budget > physical) {
+  // With --device cuda the state lives in GPU memory: it is checked against the rank's GPU
+  // once the device is open (CheckDeviceMemory), not against host memory here.
+  const bool host_state = plan.backend == BackendKind::kCpu;
+  if (host_state && budget > physical) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--memory-budget is ", MiB(budget), "; this machine has ", MiB(physical),
         "; lower --memory-budget"));
@@ -217,7 +221,7 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
         "the model has attention layers and needs KV pages; set --kv-pages");
   }
   const int64_t state_bytes = int64_t{config.state_rows + 1} * plan.state_bytes_per_sequence;
-  if (state_bytes > physical) {
+  if (host_state && state_bytes > physical) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--state-rows ", config.state_rows, " needs ", MiB(state_bytes), " per rank; this machine has ",
         MiB(physical), "; lower --state-rows"));
@@ -225,6 +229,32 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
   COIL_RETURN_IF_ERROR(config.Validate());
   return plan;
 }
+
+#if COIL_WITH_CUDA
+// --device cuda: the state pool (and --memory-budget) against this rank's GPU. The weights
+// and the step scratch come on top; a pool that leaves too little for them fails at load
+// with the allocation's own message.
+absl::Status CheckDeviceMemory(const ServePlan& plan, int device) {
+  COIL_ASSIGN_OR_RETURN(const cuda::DeviceMemory memory, cuda::QueryDeviceMemory(device));
+  COIL_ASSIGN_OR_RETURN(const int64_t budget, ParseBytes(absl::GetFlag(FLAGS_memory_budget)));
+  const int64_t total = static_cast<int64_t>(memory.total_bytes);
+  const int64_t free = static_cast<int64_t>(memory.free_bytes);
+  if (absl::GetFlag(FLAGS_state_rows) == 0 && budget > total) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--memory-budget is ", MiB(budget), "; GPU ", device, " has ", MiB(total),
+        "; lower --memory-budget"));
+  }
+  const int64_t state_bytes =
+      int64_t{plan.scheduler.state_rows + 1} * plan.state_bytes_per_sequence;
+  if (state_bytes > free) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        plan.scheduler.state_rows, " state rows need ", MiB(state_bytes), " per rank; GPU ",
+        device, " has ", MiB(free), " free of ", MiB(total),
+        "; lower --state-rows or --memory-budget"));
+  }
+  return absl::OkStatus();
+}
+#endif
 
 // Every rank learns whether every rank succeeded; false when this rank must exit.
 bool AllRanksOk(comm::Communicator& comm, const absl::Status& local, const char* what) {
@@ -437,6 +467,11 @@ int Main(int argc, char** argv) {
       COIL_ASSIGN_OR_RETURN(backend_options.device_index, comm::LocalRankFromEnvironment());
     }
     COIL_ASSIGN_OR_RETURN(backend, CreateBackend(plan->backend, backend_options));
+#if COIL_WITH_CUDA
+    if (auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(backend.get())) {
+      COIL_RETURN_IF_ERROR(CheckDeviceMemory(*plan, cuda_backend->device_index()));
+    }
+#endif
     return absl::OkStatus();
   }();
   if (!AllRanksOk(*comm, device_ready, "device")) return 1;

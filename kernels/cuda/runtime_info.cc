@@ -1,5 +1,6 @@
 #include "kernels/cuda/runtime_info.h"
 
+#include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace coil::cuda {
@@ -18,6 +19,17 @@ RuntimeInfo QueryRuntimeInfo() {
     info.no_device_reason = "no CUDA device is visible";
   }
   return info;
+}
+
+absl::StatusOr<DeviceMemory> QueryDeviceMemory(int device) {
+  int previous = 0;
+  COIL_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous));
+  COIL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  DeviceMemory memory;
+  const cudaError_t error = cudaMemGetInfo(&memory.free_bytes, &memory.total_bytes);
+  cudaSetDevice(previous);
+  COIL_CUDA_RETURN_IF_ERROR(error);
+  return memory;
 }
 
 }  // namespace coil::cuda

@@ -22,6 +22,14 @@ struct RuntimeInfo {
 
 RuntimeInfo QueryRuntimeInfo();
 
+// Free and total bytes of GPU `device`'s memory (cudaMemGetInfo on that device); the
+// caller's current device is left as it was.
+struct DeviceMemory {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+absl::StatusOr<DeviceMemory> QueryDeviceMemory(int device);
+
 // Fills `count` floats at `device_data` with `value` on the default stream and waits.
 // The op tests poison outputs with NaN before each run so that an element a kernel never
 // writes is caught.
