@@ -19,16 +19,6 @@ namespace {
 constexpr int kArgmaxThreads = 1024;
 constexpr int kArgmaxWarps = kArgmaxThreads / 32;
 
-__device__ __forceinline__ ArgmaxPair WarpBest(ArgmaxPair p) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    ArgmaxPair other;
-    other.value = __shfl_xor_sync(0xffffffffu, p.value, offset);
-    other.index = __shfl_xor_sync(0xffffffffu, p.index, offset);
-    p = BetterOf(p, other);
-  }
-  return p;
-}
-
 __global__ void __launch_bounds__(kArgmaxThreads)
     ArgmaxKernel(const float* __restrict__ logits, int64_t logits_stride, int64_t rows,
                  int64_t vocab, int32_t* __restrict__ ids, int64_t ids_stride,
@@ -40,15 +30,16 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
       ScanStep(best, v[i], static_cast<int32_t>(i));
     }
-    best = WarpBest(best);
-    __syncthreads();  // the previous row's readers of `partial` are done
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = best;
-    __syncthreads();
+    best = BlockBest(
+        best, partial,
+        [](ArgmaxPair p, int offset) {
+          return ArgmaxPair{__shfl_xor_sync(0xffffffffu, p.value, offset),
+                            __shfl_xor_sync(0xffffffffu, p.index, offset)};
+        },
+        [](ArgmaxPair a, ArgmaxPair b) { return BetterOf(a, b); });
     if (threadIdx.x == 0) {
-      ArgmaxPair row_best = partial[0];
-      for (int w = 1; w < kArgmaxWarps; ++w) row_best = BetterOf(row_best, partial[w]);
-      ids[t * ids_stride] = row_best.index < 0 ? 0 : row_best.index;
-      values[t * values_stride] = row_best.value;
+      ids[t * ids_stride] = best.index < 0 ? 0 : best.index;
+      values[t * values_stride] = best.value;
     }
   }
 }

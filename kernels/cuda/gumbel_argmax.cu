@@ -22,16 +22,6 @@ using gumbel::ScorePair;
 constexpr int kGumbelThreads = 512;
 constexpr int kGumbelWarps = kGumbelThreads / 32;
 
-__device__ __forceinline__ ScorePair WarpBest(ScorePair p) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    ScorePair other;
-    other.score = __shfl_xor_sync(0xffffffffu, p.score, offset);
-    other.index = __shfl_xor_sync(0xffffffffu, p.index, offset);
-    p = gumbel::BetterOf(p, other);
-  }
-  return p;
-}
-
 __global__ void __launch_bounds__(kGumbelThreads)
     GumbelArgmaxKernel(const float* __restrict__ logits, int64_t logits_stride, int64_t rows,
                        int64_t vocab, const float* __restrict__ temperatures,
@@ -52,15 +42,16 @@ __global__ void __launch_bounds__(kGumbelThreads)
                                      static_cast<uint32_t>(vocab_offset + j)),
                        static_cast<int32_t>(j));
     }
-    best = WarpBest(best);
-    __syncthreads();  // the previous row's readers of `partial` are done
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = best;
-    __syncthreads();
+    best = BlockBest(
+        best, partial,
+        [](ScorePair p, int offset) {
+          return ScorePair{__shfl_xor_sync(0xffffffffu, p.score, offset),
+                           __shfl_xor_sync(0xffffffffu, p.index, offset)};
+        },
+        [](ScorePair a, ScorePair b) { return gumbel::BetterOf(a, b); });
     if (threadIdx.x == 0) {
-      ScorePair row_best = partial[0];
-      for (int w = 1; w < kGumbelWarps; ++w) row_best = gumbel::BetterOf(row_best, partial[w]);
-      ids[t] = row_best.index < 0 ? 0 : row_best.index;
-      const long long bits = __double_as_longlong(row_best.score);
+      ids[t] = best.index < 0 ? 0 : best.index;
+      const long long bits = __double_as_longlong(best.score);
       scores[t * scores_stride] = static_cast<int32_t>(static_cast<uint32_t>(bits));
       scores[t * scores_stride + 1] =
           static_cast<int32_t>(static_cast<uint32_t>(static_cast<unsigned long long>(bits) >> 32));

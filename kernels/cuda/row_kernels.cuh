@@ -42,6 +42,25 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   return total;
 }
 
+// The best of every thread's candidate by `better`, a total order, so the result does not
+// depend on the merge tree. Thread 0 gets the block's best (the others their warp's).
+// `shuffle_xor(pair, offset)` exchanges a pair across lanes; `partial` is one Pair per warp
+// of shared memory. Every thread must call this (it synchronizes twice; the first barrier
+// lets it reuse `partial` right after a previous call).
+template <typename Pair, typename ShuffleXor, typename Better>
+__device__ __forceinline__ Pair BlockBest(Pair best, Pair* partial, ShuffleXor shuffle_xor,
+                                          Better better) {
+  for (int offset = 16; offset > 0; offset >>= 1) best = better(best, shuffle_xor(best, offset));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = best;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int warps = static_cast<int>(blockDim.x >> 5);
+    for (int w = 1; w < warps; ++w) best = better(best, partial[w]);
+  }
+  return best;
+}
+
 }  // namespace coil::cuda
 
 #endif  // COIL_KERNELS_CUDA_ROW_KERNELS_CUH_
