@@ -39,6 +39,12 @@ struct SsmScanOptions {
   // (first_head_in_group + h) / heads_per_group.
   int64_t heads_per_group = 0;
   int64_t first_head_in_group = 0;
+  // The chunked form's matrix products take bf16-rounded operands with fp32 accumulation,
+  // as mamba_ssm's kernels do for bf16 activations: a bf16 model sets it, and the CUDA
+  // backend then runs them on tensor cores (sm_80 and newer). Recurrent states, the
+  // cumulative decays and every sum stay fp32. Backends without such products (the CPU)
+  // compute in fp32, within bf16 tolerance of the rounded form.
+  bool bf16_products = false;
 };
 
 class Backend {

@@ -75,6 +75,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device_inde
   cudaDeviceProp prop{};
   COIL_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device_index));
   ctx.sm_count = prop.multiProcessorCount;
+  ctx.compute_capability = prop.major * 10 + prop.minor;
   ctx.shared_memory_per_block_optin = prop.sharedMemPerBlockOptin;
   COIL_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
   ctx.workspace = &backend->workspace_;

@@ -46,6 +46,7 @@ struct CudaContext {
   cudaStream_t stream = nullptr;
   int device = 0;
   int sm_count = 0;
+  int compute_capability = 0;  // major * 10 + minor
   size_t shared_memory_per_block_optin = 0;
   Workspace* workspace = nullptr;  // op scratch (e.g. SSD chunk states); not for matmul
 };

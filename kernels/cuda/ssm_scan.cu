@@ -172,7 +172,8 @@ absl::Status LaunchSsmScan(const CudaContext& ctx, const Tensor& x, const Tensor
   // The two paths take disjoint sequences (and so disjoint slots; the scratch row is never
   // written), so their order does not matter.
   if (any_single) COIL_RETURN_IF_ERROR(LaunchDecodeFor(ctx, p));
-  if (any_long) COIL_RETURN_IF_ERROR(LaunchSsdChunked(ctx, p, batch, options.chunk_size));
+  if (any_long) COIL_RETURN_IF_ERROR(LaunchSsdChunked(ctx, p, batch, options.chunk_size,
+                                                       options.bf16_products));
   return absl::OkStatus();
 }
 

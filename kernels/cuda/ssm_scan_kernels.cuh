@@ -30,9 +30,11 @@ __device__ inline T WarpInclusiveSum(T v) {
 }
 #endif  // __CUDACC__
 
-// The chunked SSD path for every run of two or more tokens (ssd_scan.cu).
+// The chunked SSD path for every run of two or more tokens (ssd_scan.cu); bf16_products
+// takes tensor-core products on sm_80 and newer (SsmScanOptions::bf16_products).
 absl::Status LaunchSsdChunked(const CudaContext& ctx, const SsmScanParams& params,
-                              const RecurrentBatch& batch, int64_t chunk_size);
+                              const RecurrentBatch& batch, int64_t chunk_size,
+                              bool bf16_products);
 
 }  // namespace coil::cuda
 

@@ -411,6 +411,9 @@ absl::Status Mamba2Model::Compute(int64_t rows, int64_t sampled, bool all_rows,
   scan.chunk_size = config_.chunk_size;
   scan.dt_min = static_cast<float>(config_.time_step_min);
   scan.dt_max = static_cast<float>(config_.time_step_max);
+  // A bf16 model's chunked scan takes bf16 products (tensor cores on CUDA), as its matmuls
+  // take bf16-rounded activations.
+  scan.bf16_products = weight_dtype_ == ::coil::DType::kBF16;
   if (!layout_.groups_whole()) {  // heads may start inside a group (ngroups % tp != 0)
     scan.heads_per_group = layout_.heads_per_group;
     scan.first_head_in_group = layout_.first_head_in_group();
