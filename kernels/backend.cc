@@ -185,7 +185,7 @@ absl::Status Backend::AddRmsNorm(const Tensor& x, const Tensor& weight, float ep
     COIL_RETURN_IF_ERROR(CheckDim("x", x, 1, residual.dim(1), "the residual's width"));
   }
   COIL_RETURN_IF_ERROR(CheckTensor(*this, "weight", weight, {DType::kF32}, 1));
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "out", out, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "out", out, {DType::kF32, DType::kBF16}, 2));
   COIL_RETURN_IF_ERROR(CheckDim("weight", weight, 0, residual.dim(1), "the residual's width"));
   COIL_RETURN_IF_ERROR(CheckDim("out", out, 0, residual.dim(0), "the residual's rows"));
   COIL_RETURN_IF_ERROR(CheckDim("out", out, 1, residual.dim(1), "the residual's width"));
@@ -196,8 +196,13 @@ absl::Status Backend::AddRmsNorm(const Tensor& x, const Tensor& weight, float ep
 }
 
 absl::Status Backend::Matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "x", x, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "x", x, {DType::kF32, DType::kBF16}, 2));
   COIL_RETURN_IF_ERROR(CheckTensor(*this, "w", w, {DType::kF32, DType::kBF16, DType::kF16}, 2));
+  if (x.dtype() == DType::kBF16 && w.dtype() != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "x is ", x.DebugString(), " and w is ", w.DebugString(),
+        "; bf16 rows only go with bf16 weights: pass x as f32"));
+  }
   COIL_RETURN_IF_ERROR(CheckTensor(*this, "y", y, {DType::kF32}, 2));
   COIL_RETURN_IF_ERROR(CheckContiguous("w", w));
   COIL_RETURN_IF_ERROR(CheckDim("w", w, 1, x.dim(1), "x's width K"));
@@ -330,7 +335,7 @@ absl::Status Backend::GatedNormApply(const Tensor& gated, const Tensor& sumsq,
   COIL_RETURN_IF_ERROR(CheckTensor(*this, "gated", gated, {DType::kF32}, 2));
   COIL_RETURN_IF_ERROR(CheckTensor(*this, "sumsq", sumsq, {DType::kF32}, 2));
   COIL_RETURN_IF_ERROR(CheckTensor(*this, "weight", weight, {DType::kF32}, 1));
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "out", out, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "out", out, {DType::kF32, DType::kBF16}, 2));
   COIL_RETURN_IF_ERROR(CheckDim("sumsq", sumsq, 0, gated.dim(0), "gated's rows"));
   if (gated.dim(1) % sumsq.dim(1) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("sumsq is ", sumsq.DebugString(),
@@ -349,6 +354,27 @@ absl::Status Backend::GatedNormApply(const Tensor& gated, const Tensor& sumsq,
     return absl::InvalidArgumentError(absl::StrCat("eps is ", eps, "; it must be > 0"));
   }
   return DoGatedNormApply(gated, sumsq, weight, group_size, eps, out);
+}
+
+absl::Status Backend::GatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
+                                   int64_t ngroups, float eps, const Tensor& out) {
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "y", y, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "z", z, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "weight", weight, {DType::kF32}, 1));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "out", out, {DType::kF32, DType::kBF16}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("z", z, 0, y.dim(0), "y's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("z", z, 1, y.dim(1), "y's width"));
+  COIL_RETURN_IF_ERROR(CheckDim("weight", weight, 0, y.dim(1), "y's width"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 0, y.dim(0), "y's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 1, y.dim(1), "y's width"));
+  if (ngroups <= 0 || y.dim(1) % ngroups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ngroups is ", ngroups, "; it must be > 0 and divide y's width ", y.dim(1)));
+  }
+  if (!(eps > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("eps is ", eps, "; it must be > 0"));
+  }
+  return DoGatedRmsNorm(y, z, weight, ngroups, eps, out);
 }
 
 absl::Status Backend::Argmax(const Tensor& logits, const Tensor& ids, const Tensor& values) {

@@ -99,12 +99,15 @@ class Backend {
 
   // residual += x (skipped when x is empty: the first layer), then
   // out = residual * rsqrt(mean(residual^2) + eps) * weight. The residual stays f32.
-  // x, residual, out: f32 [T, D]; weight: f32 [D]. out may alias x.
+  // x, residual: f32 [T, D]; weight: f32 [D]; out: f32 [T, D], or bf16 (rounded to nearest
+  // even) when it only feeds a matmul with bf16 weights. An f32 out may alias x.
   absl::Status AddRmsNorm(const Tensor& x, const Tensor& weight, float eps,
                           const Tensor& residual, const Tensor& out);
 
   // y = x W^T with fp32 accumulation (PyTorch Linear layout). x: f32 [M, K] (rows may be
-  // strided); w: f32/bf16/f16 [N, K] contiguous; y: f32 [M, N] (rows may be strided).
+  // strided), or bf16 with bf16 weights (the rows a bf16 matmul rounds x to anyway, so the
+  // same y as their f32 values; it saves the backend that rounding); w: f32/bf16/f16
+  // [N, K] contiguous; y: f32 [M, N] (rows may be strided).
   // Row m of y depends only on row m of x and on W, never on M.
   absl::Status Matmul(const Tensor& x, const Tensor& w, const Tensor& y);
 
@@ -138,9 +141,18 @@ class Backend {
                                const Tensor& gated, const Tensor& sumsq);
 
   // Second half: out = gated * rsqrt(sumsq / group_size + eps) * weight, where group_size
-  // is the group's full width (across ranks). out may alias gated.
+  // is the group's full width (across ranks). out: f32 (may alias gated), or bf16 when it
+  // only feeds a matmul with bf16 weights.
   absl::Status GatedNormApply(const Tensor& gated, const Tensor& sumsq, const Tensor& weight,
                               int64_t group_size, float eps, const Tensor& out);
+
+  // Both halves at once, for groups the caller holds whole: out = rmsnorm(y * silu(z)) *
+  // weight per group of E / ngroups columns, the same bits as GatedSumSquares then
+  // GatedNormApply with group_size E / ngroups on the same backend, in one pass and
+  // without writing the gated values. y, z: f32 [T, E] (z may be strided); weight: f32
+  // [E]; out: f32 [T, E] (may alias y), or bf16 when it only feeds a bf16 matmul.
+  absl::Status GatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
+                            int64_t ngroups, float eps, const Tensor& out);
 
   // Per row: the index of the largest value (the lowest index among equals; NaN never
   // wins) and the value. logits: f32 [T, V]; ids: i32 [T]; values: f32 [T].
@@ -190,6 +202,8 @@ class Backend {
   virtual absl::Status DoGatedNormApply(const Tensor& gated, const Tensor& sumsq,
                                         const Tensor& weight, int64_t group_size, float eps,
                                         const Tensor& out) = 0;
+  virtual absl::Status DoGatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
+                                      int64_t ngroups, float eps, const Tensor& out) = 0;
   virtual absl::Status DoArgmax(const Tensor& logits, const Tensor& ids,
                                 const Tensor& values) = 0;
   virtual absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
@@ -202,8 +216,8 @@ class Backend {
 // that has no test case, so a new op is added here too.
 inline constexpr const char* kBackendOps[] = {
     "Embedding", "AddRmsNorm",      "Matmul",         "CausalConv1d",
-    "SsmScan",   "GatedSumSquares", "GatedNormApply", "Argmax",
-    "GumbelArgmax"};
+    "SsmScan",   "GatedSumSquares", "GatedNormApply", "GatedRmsNorm",
+    "Argmax",    "GumbelArgmax"};
 
 // Checks a RecurrentBatch against `rows` packed rows and a pool of `state_rows` rows (plus
 // the scratch row). Public so that step metadata can be validated once per step too.

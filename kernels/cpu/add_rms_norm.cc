@@ -1,6 +1,7 @@
 // RMSNorm fused with the residual add (mamba_ssm's fused add_norm with residual_in_fp32):
 // residual += x; out = residual * rsqrt(mean(residual^2) + eps) * weight.
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vec_math.h"
@@ -37,11 +38,14 @@ void CpuAddRmsNorm(const CpuContext& ctx, const Tensor& x, const Tensor& weight,
                    const Tensor& residual, const Tensor& out) {
   const int64_t rows = residual.dim(0), width = residual.dim(1);
   const float* w = weight.data<float>();
+  const bool bf16_out = out.dtype() == DType::kBF16;
   ctx.pool->ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
+    // A bf16 out is the f32 row rounded: computed into `row`, then converted.
+    std::vector<float> row(bf16_out ? static_cast<size_t>(width) : 0);
     for (int64_t t = begin; t < end; ++t) {
       const float* xr = x.empty() ? nullptr : RowF32(x, t);
       float* r = RowF32(residual, t);
-      float* o = RowF32(out, t);
+      float* o = bf16_out ? row.data() : RowF32(out, t);
       if (ctx.use_ref) {
         double sum = 0.0;
         for (int64_t i = 0; i < width; ++i) {
@@ -52,11 +56,15 @@ void CpuAddRmsNorm(const CpuContext& ctx, const Tensor& x, const Tensor& weight,
         for (int64_t i = 0; i < width; ++i) {
           o[i] = static_cast<float>(r[i] * scale * w[i]);
         }
-        continue;
+      } else {
+        const float sum = AddAndSumSquares(xr, r, width);
+        const float scale = 1.0f / std::sqrt(sum / static_cast<float>(width) + eps);
+        Scale(r, w, scale, o, width);
       }
-      const float sum = AddAndSumSquares(xr, r, width);
-      const float scale = 1.0f / std::sqrt(sum / static_cast<float>(width) + eps);
-      Scale(r, w, scale, o, width);
+      if (bf16_out) {
+        uint16_t* ob = RowBf16(out, t);
+        for (int64_t i = 0; i < width; ++i) ob[i] = FloatToBf16(o[i]);
+      }
     }
   });
 }

@@ -75,6 +75,12 @@ absl::Status CpuBackend::DoGatedNormApply(const Tensor& gated, const Tensor& sum
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::DoGatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
+                                        int64_t ngroups, float eps, const Tensor& out) {
+  CpuGatedRmsNorm({&pool_, use_ref_}, y, z, weight, ngroups, eps, out);
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::DoArgmax(const Tensor& logits, const Tensor& ids,
                                   const Tensor& values) {
   CpuArgmax({&pool_, use_ref_}, logits, ids, values);

@@ -32,6 +32,8 @@ void CpuGatedSumSquares(const CpuContext& ctx, const Tensor& y, const Tensor& z,
                         int64_t ngroups, const Tensor& gated, const Tensor& sumsq);
 void CpuGatedNormApply(const CpuContext& ctx, const Tensor& gated, const Tensor& sumsq,
                        const Tensor& weight, int64_t group_size, float eps, const Tensor& out);
+void CpuGatedRmsNorm(const CpuContext& ctx, const Tensor& y, const Tensor& z,
+                     const Tensor& weight, int64_t ngroups, float eps, const Tensor& out);
 void CpuArgmax(const CpuContext& ctx, const Tensor& logits, const Tensor& ids,
                const Tensor& values);
 void CpuGumbelArgmax(const CpuContext& ctx, const Tensor& logits, const Tensor& temperatures,
@@ -40,6 +42,9 @@ void CpuGumbelArgmax(const CpuContext& ctx, const Tensor& logits, const Tensor& 
 
 // Row pointer helpers for rank-2 f32 views with strided rows.
 inline float* RowF32(const Tensor& t, int64_t row) { return t.data<float>() + row * t.stride(0); }
+inline uint16_t* RowBf16(const Tensor& t, int64_t row) {
+  return t.data<uint16_t>() + row * t.stride(0);
+}
 
 }  // namespace coil
 

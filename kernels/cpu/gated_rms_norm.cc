@@ -2,6 +2,7 @@
 // out = rmsnorm(y * silu(z)) * weight, the RMS taken per group of E / ngroups columns, in
 // two halves so that a group split across ranks can all-reduce its sum of squares between.
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vec_math.h"
@@ -31,6 +32,49 @@ COIL_VECTORIZE void Scale(const float* g, const float* w, float scale, float* ou
   for (int64_t i = 0; i < n; ++i) out[i] = g[i] * scale * w[i];
 }
 
+// One row of the first half: gated = y * silu(z) and each group's sum of squares.
+void GateRow(bool use_ref, const float* yr, const float* zr, float* gr, float* sr,
+             int64_t ngroups, int64_t group) {
+  for (int64_t g = 0; g < ngroups; ++g) {
+    const int64_t o = g * group;
+    if (use_ref) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < group; ++i) {
+        const double zi = zr[o + i];
+        const double v = yr[o + i] * (zi / (1.0 + std::exp(-zi)));
+        gr[o + i] = static_cast<float>(v);
+        sum += v * v;
+      }
+      sr[g] = static_cast<float>(sum);
+    } else {
+      sr[g] = GateAndSumSquares(yr + o, zr + o, gr + o, group);
+    }
+  }
+}
+
+// One row of the second half, into f32 `o`.
+void ApplyRow(bool use_ref, const float* gr, const float* sr, const float* w, int64_t ngroups,
+              int64_t group, int64_t group_size, float eps, float* o) {
+  for (int64_t g = 0; g < ngroups; ++g) {
+    const int64_t off = g * group;
+    if (use_ref) {
+      const double scale = 1.0 / std::sqrt(static_cast<double>(sr[g]) / group_size + eps);
+      for (int64_t i = 0; i < group; ++i) {
+        o[off + i] = static_cast<float>(gr[off + i] * scale * w[off + i]);
+      }
+    } else {
+      const float scale = 1.0f / std::sqrt(sr[g] / static_cast<float>(group_size) + eps);
+      Scale(gr + off, w + off, scale, o + off, group);
+    }
+  }
+}
+
+// `row` (f32) into row t of a bf16 `out`.
+void StoreBf16Row(const float* row, const Tensor& out, int64_t t, int64_t width) {
+  uint16_t* ob = RowBf16(out, t);
+  for (int64_t i = 0; i < width; ++i) ob[i] = FloatToBf16(row[i]);
+}
+
 }  // namespace
 
 void CpuGatedSumSquares(const CpuContext& ctx, const Tensor& y, const Tensor& z,
@@ -38,25 +82,8 @@ void CpuGatedSumSquares(const CpuContext& ctx, const Tensor& y, const Tensor& z,
   const int64_t rows = y.dim(0), width = y.dim(1), group = width / ngroups;
   ctx.pool->ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      const float* yr = RowF32(y, t);
-      const float* zr = RowF32(z, t);
-      float* gr = RowF32(gated, t);
-      float* sr = RowF32(sumsq, t);
-      for (int64_t g = 0; g < ngroups; ++g) {
-        const int64_t o = g * group;
-        if (ctx.use_ref) {
-          double sum = 0.0;
-          for (int64_t i = 0; i < group; ++i) {
-            const double zi = zr[o + i];
-            const double v = yr[o + i] * (zi / (1.0 + std::exp(-zi)));
-            gr[o + i] = static_cast<float>(v);
-            sum += v * v;
-          }
-          sr[g] = static_cast<float>(sum);
-        } else {
-          sr[g] = GateAndSumSquares(yr + o, zr + o, gr + o, group);
-        }
-      }
+      GateRow(ctx.use_ref, RowF32(y, t), RowF32(z, t), RowF32(gated, t), RowF32(sumsq, t),
+              ngroups, group);
     }
   });
 }
@@ -65,25 +92,33 @@ void CpuGatedNormApply(const CpuContext& ctx, const Tensor& gated, const Tensor&
                        const Tensor& weight, int64_t group_size, float eps, const Tensor& out) {
   const int64_t rows = gated.dim(0), width = gated.dim(1), ngroups = sumsq.dim(1);
   const int64_t group = width / ngroups;
-  const float* w = weight.data<float>();
+  const bool bf16_out = out.dtype() == DType::kBF16;
   ctx.pool->ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
+    // A bf16 out is the f32 row rounded: computed into `row`, then converted.
+    std::vector<float> row(bf16_out ? static_cast<size_t>(width) : 0);
     for (int64_t t = begin; t < end; ++t) {
-      const float* gr = RowF32(gated, t);
-      const float* sr = RowF32(sumsq, t);
-      float* o = RowF32(out, t);
-      for (int64_t g = 0; g < ngroups; ++g) {
-        const int64_t off = g * group;
-        if (ctx.use_ref) {
-          const double scale = 1.0 / std::sqrt(static_cast<double>(sr[g]) / group_size + eps);
-          for (int64_t i = 0; i < group; ++i) {
-            o[off + i] = static_cast<float>(gr[off + i] * scale * w[off + i]);
-          }
-        } else {
-          const float scale =
-              1.0f / std::sqrt(sr[g] / static_cast<float>(group_size) + eps);
-          Scale(gr + off, w + off, scale, o + off, group);
-        }
-      }
+      float* o = bf16_out ? row.data() : RowF32(out, t);
+      ApplyRow(ctx.use_ref, RowF32(gated, t), RowF32(sumsq, t), weight.data<float>(), ngroups,
+               group, group_size, eps, o);
+      if (bf16_out) StoreBf16Row(o, out, t, width);
+    }
+  });
+}
+
+void CpuGatedRmsNorm(const CpuContext& ctx, const Tensor& y, const Tensor& z,
+                     const Tensor& weight, int64_t ngroups, float eps, const Tensor& out) {
+  const int64_t rows = y.dim(0), width = y.dim(1), group = width / ngroups;
+  const bool bf16_out = out.dtype() == DType::kBF16;
+  ctx.pool->ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
+    // The two halves' row functions on a private row: the same bits as the two ops.
+    std::vector<float> gated(static_cast<size_t>(width)), sums(static_cast<size_t>(ngroups));
+    std::vector<float> row(bf16_out ? static_cast<size_t>(width) : 0);
+    for (int64_t t = begin; t < end; ++t) {
+      GateRow(ctx.use_ref, RowF32(y, t), RowF32(z, t), gated.data(), sums.data(), ngroups, group);
+      float* o = bf16_out ? row.data() : RowF32(out, t);
+      ApplyRow(ctx.use_ref, gated.data(), sums.data(), weight.data<float>(), ngroups, group,
+               group, eps, o);
+      if (bf16_out) StoreBf16Row(o, out, t, width);
     }
   });
 }

@@ -270,6 +270,17 @@ struct AlignedArray {
 
 void CpuMatmul(const CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor& y) {
   const int64_t m_count = x.dim(0), n_count = w.dim(0), k_count = w.dim(1);
+  if (x.dtype() == DType::kBF16) {
+    // bf16 rows (with bf16 weights): their exact f32 values, which the bf16 paths below
+    // round back to the same bits, so y is what the f32 rows would give.
+    std::vector<float> xf(static_cast<size_t>(m_count * k_count));
+    for (int64_t m = 0; m < m_count; ++m) {
+      const uint16_t* xr = RowBf16(x, m);
+      for (int64_t k = 0; k < k_count; ++k) xf[m * k_count + k] = Bf16ToFloat(xr[k]);
+    }
+    CpuMatmul(ctx, Tensor(xf.data(), DType::kF32, {m_count, k_count}), w, y);
+    return;
+  }
   if (ctx.use_ref) {
     ctx.pool->ParallelFor(m_count, 1,
                           [&](int64_t begin, int64_t end) { MatmulRef(x, w, y, begin, end); });

@@ -1,7 +1,10 @@
 // RMSNorm fused with the residual add on the GPU: one block per row. Phase 1 adds x into
 // the residual and sums the squares; phase 2 writes out = residual * scale * weight, with
-// scale = 1 / sqrt(sum / width + eps) as the CPU computes it. Each thread touches the same
+// scale = 1 / sqrt(sum / width + eps) as the CPU computes it, as f32 or rounded to bf16
+// (the next matmul's input, without a conversion kernel). Each thread touches the same
 // columns in both phases, so out may alias x (the thread read x[i] before it writes out[i]).
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include "common/status_macros.h"
@@ -12,9 +15,15 @@
 namespace coil::cuda {
 namespace {
 
+__device__ __forceinline__ void StoreOut(float* out, float v) { *out = v; }
+__device__ __forceinline__ void StoreOut(__nv_bfloat16* out, float v) {
+  *out = __float2bfloat16_rn(v);
+}
+
 // No __restrict__ on x and out: they may alias.
+template <typename OutT>
 __global__ void AddRmsNormKernel(const float* x, int64_t x_stride, const float* weight, float eps,
-                                 float* residual, int64_t residual_stride, float* out,
+                                 float* residual, int64_t residual_stride, OutT* out,
                                  int64_t out_stride, int64_t rows, int64_t width) {
   __shared__ float scratch[32];
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
@@ -28,8 +37,10 @@ __global__ void AddRmsNormKernel(const float* x, int64_t x_stride, const float* 
     }
     sum = BlockSum(sum, scratch);
     const float scale = 1.0f / sqrtf(sum / static_cast<float>(width) + eps);
-    float* o = out + t * out_stride;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) o[i] = r[i] * scale * weight[i];
+    OutT* o = out + t * out_stride;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+      StoreOut(o + i, r[i] * scale * weight[i]);
+    }
   }
 }
 
@@ -39,9 +50,17 @@ absl::Status LaunchAddRmsNorm(const CudaContext& ctx, const Tensor& x, const Ten
                               float eps, const Tensor& residual, const Tensor& out) {
   const int64_t rows = residual.dim(0), width = residual.dim(1);
   if (rows == 0) return absl::OkStatus();
-  AddRmsNormKernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
-      x.empty() ? nullptr : x.data<float>(), x.empty() ? 0 : x.stride(0), weight.data<float>(), eps,
-      residual.data<float>(), residual.stride(0), out.data<float>(), out.stride(0), rows, width);
+  const float* x_data = x.empty() ? nullptr : x.data<float>();
+  const int64_t x_stride = x.empty() ? 0 : x.stride(0);
+  if (out.dtype() == DType::kBF16) {
+    AddRmsNormKernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
+        x_data, x_stride, weight.data<float>(), eps, residual.data<float>(), residual.stride(0),
+        static_cast<__nv_bfloat16*>(out.raw()), out.stride(0), rows, width);
+  } else {
+    AddRmsNormKernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
+        x_data, x_stride, weight.data<float>(), eps, residual.data<float>(), residual.stride(0),
+        out.data<float>(), out.stride(0), rows, width);
+  }
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

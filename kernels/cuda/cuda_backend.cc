@@ -218,6 +218,12 @@ absl::Status CudaBackend::DoGatedNormApply(const Tensor& gated, const Tensor& su
   return LaunchGatedNormApply(ctx_, gated, sumsq, weight, group_size, eps, out);
 }
 
+absl::Status CudaBackend::DoGatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
+                                         int64_t ngroups, float eps, const Tensor& out) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
+  return LaunchGatedRmsNorm(ctx_, y, z, weight, ngroups, eps, out);
+}
+
 absl::Status CudaBackend::DoArgmax(const Tensor& logits, const Tensor& ids,
                                    const Tensor& values) {
   COIL_RETURN_IF_ERROR(MakeCurrent());

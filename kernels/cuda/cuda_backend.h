@@ -82,6 +82,8 @@ class CudaBackend final : public Backend {
                                  const Tensor& gated, const Tensor& sumsq) override;
   absl::Status DoGatedNormApply(const Tensor& gated, const Tensor& sumsq, const Tensor& weight,
                                 int64_t group_size, float eps, const Tensor& out) override;
+  absl::Status DoGatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
+                              int64_t ngroups, float eps, const Tensor& out) override;
   absl::Status DoArgmax(const Tensor& logits, const Tensor& ids, const Tensor& values) override;
   absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
                               const Tensor& seeds, const Tensor& steps, int64_t vocab_offset,

@@ -68,6 +68,9 @@ absl::Status LaunchGatedSumSquares(const CudaContext& ctx, const Tensor& y, cons
 absl::Status LaunchGatedNormApply(const CudaContext& ctx, const Tensor& gated,
                                   const Tensor& sumsq, const Tensor& weight, int64_t group_size,
                                   float eps, const Tensor& out);
+absl::Status LaunchGatedRmsNorm(const CudaContext& ctx, const Tensor& y, const Tensor& z,
+                                const Tensor& weight, int64_t ngroups, float eps,
+                                const Tensor& out);
 absl::Status LaunchArgmax(const CudaContext& ctx, const Tensor& logits, const Tensor& ids,
                           const Tensor& values);
 absl::Status LaunchGumbelArgmax(const CudaContext& ctx, const Tensor& logits,

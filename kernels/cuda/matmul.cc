@@ -140,7 +140,12 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
     const void* b_data = x.raw();
     const void* b_remainder = nullptr;  // the f16 split's second plane
     int64_t ldx = std::max(x.stride(0), k);
-    if (wt != DType::kF32) {
+    // bf16 rows (with bf16 weights, checked by Backend::Matmul) are already what the
+    // conversion below would produce: cuBLASLt reads them in place when their start and
+    // stride are 16-byte aligned (the model's are), else they are copied aligned.
+    const bool bf16_in_place = x.dtype() == DType::kBF16 && (m == 1 || x.stride(0) >= k) &&
+                               Alignment(x.raw(), ldx * 2) == 16;
+    if (wt != DType::kF32 && !bf16_in_place) {
       ldx = HalfRowsLd(k);
       const int planes = wt == DType::kF16 ? 2 : 1;
       COIL_RETURN_IF_ERROR(EnsureHalfRows(ctx, planes * m * ldx * 2));

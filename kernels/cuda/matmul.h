@@ -48,7 +48,7 @@ class CublasLtMatmul {
 inline int64_t HalfRowsLd(int64_t k) { return (k + 127) / 128 * 128; }
 
 // Converts the M rows of f32 `x` to `to` (kBF16 or kF16), round to nearest even, into `hi`
-// with leading dimension `ld`. For kF16, `lo` (not null) receives f16(x - float(hi)), the
+// with leading dimension `ld` (bf16 `x`, with `to` kBF16, is copied as it is). For kF16, `lo` (not null) receives f16(x - float(hi)), the
 // part of x that f16 lost; for kBF16 `lo` must be null.
 absl::Status LaunchRowsToHalf(const CudaContext& ctx, const Tensor& x, DType to, void* hi, void* lo,
                               int64_t ld);

@@ -22,6 +22,16 @@ __global__ void RowsToBf16Kernel(const float* __restrict__ x, int64_t x_stride, 
   }
 }
 
+// bf16 rows copied to the aligned leading dimension (rows whose start or stride cuBLASLt
+// could not read in place).
+__global__ void CopyBf16RowsKernel(const __nv_bfloat16* __restrict__ x, int64_t x_stride,
+                                   int64_t rows, int64_t k, __nv_bfloat16* __restrict__ out,
+                                   int64_t ld) {
+  for (int64_t m = blockIdx.x; m < rows; m += gridDim.x) {
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) out[m * ld + i] = x[m * x_stride + i];
+  }
+}
+
 __global__ void RowsToF16PairKernel(const float* __restrict__ x, int64_t x_stride, int64_t rows,
                                     int64_t k, __half* __restrict__ hi, __half* __restrict__ lo,
                                     int64_t ld) {
@@ -44,7 +54,11 @@ absl::Status LaunchRowsToHalf(const CudaContext& ctx, const Tensor& x, DType to,
                               int64_t ld) {
   const int64_t rows = x.dim(0), k = x.dim(1);
   if (rows == 0) return absl::OkStatus();
-  if (to == DType::kBF16) {
+  if (x.dtype() == DType::kBF16) {
+    CopyBf16RowsKernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
+        static_cast<const __nv_bfloat16*>(x.raw()), x.stride(0), rows, k,
+        static_cast<__nv_bfloat16*>(hi), ld);
+  } else if (to == DType::kBF16) {
     RowsToBf16Kernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
         x.data<float>(), x.stride(0), rows, k, static_cast<__nv_bfloat16*>(hi), ld);
   } else {

@@ -99,6 +99,13 @@ struct TileSmem<true> {
   COIL_HOST_DEVICE uint16_t* b() { return reinterpret_cast<uint16_t*>(raw) + kDepth * kLd; }
   COIL_HOST_DEVICE float* out() { return reinterpret_cast<float*>(raw); }
 };
+// wmma's rules: ldm a multiple of 8 (16-bit) or 4 (fp32) elements, and every fragment
+// pointer 32-byte aligned (row blocks of 16, column offsets of 16, the B plane's start).
+static_assert(TileSmem<true>::kLd % 8 == 0 && TileSmem<true>::kOutLd % 4 == 0);
+static_assert((16 * TileSmem<true>::kLd * 2) % 32 == 0 && (16 * 2) % 32 == 0);
+static_assert((TileSmem<true>::kDepth * TileSmem<true>::kLd * 2) % 32 == 0);
+static_assert((16 * TileSmem<true>::kOutLd * 4) % 32 == 0);
+static_assert(TileSmem<true>::kDepth % 16 == 0 && kSsdTileThreads == 256);
 
 // ---------------------------------------------------------------- host emulation
 

@@ -11,7 +11,8 @@
 #   environment: OUT=DIR       copy the summary and every log there
 #                JOBS=16       build jobs          CUDA_ARCH=90   CMAKE_CUDA_ARCHITECTURES
 #                BUILD_DIR=build-device            EXTRA_TARGETS="t1 t2"  more test programs
-#                SANITIZE=1    also run the CUDA op cases under compute-sanitizer memcheck
+#                SANITIZE=1    also run the CUDA op cases under compute-sanitizer memcheck, and
+#                              the scan cases under racecheck (shared-memory races)
 # Exit status: 0 when everything built and no test failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -160,6 +161,11 @@ if [[ ${SANITIZE:-0} == 1 ]]; then
     wrap=(compute-sanitizer --tool memcheck --error-exitcode 99)
     cp "$(program backend_ops_test)" "$build/backend_ops_test_memcheck" 2>/dev/null &&
       run_gtest backend_ops_test_memcheck 240 '*cuda*'
+    # The tiled SSD kernels (fp32 and bf16 tensor-core forms) share staging memory between
+    # warps across barriers: racecheck finds a missing one.
+    wrap=(compute-sanitizer --tool racecheck --error-exitcode 99)
+    cp "$(program backend_ops_test)" "$build/backend_ops_test_racecheck" 2>/dev/null &&
+      run_gtest backend_ops_test_racecheck 180 '*SsmScan_cuda*'
     wrap=()
   else
     rows+=("| memcheck | - | - | - | - | compute-sanitizer not found |")

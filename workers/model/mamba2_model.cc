@@ -250,8 +250,10 @@ absl::Status Mamba2Model::GrowScratch(int64_t rows, int64_t sampled_rows) {
     COIL_RETURN_IF_ERROR(alloc(zxbcdt_, rows * layout_.in_proj_rows()));
     COIL_RETURN_IF_ERROR(alloc(xbc_, rows * layout_.conv_channels()));
     COIL_RETURN_IF_ERROR(alloc(y_, rows * layout_.d_inner()));
-    COIL_RETURN_IF_ERROR(alloc(sumsq_, rows * layout_.groups()));
     COIL_RETURN_IF_ERROR(alloc(group_sums_, rows * config_.ngroups));
+    if (weight_dtype_ == ::coil::DType::kBF16) {  // bf16 elements, two per float
+      COIL_RETURN_IF_ERROR(alloc(rows16_, (rows * std::max(d, layout_.d_inner()) + 1) / 2));
+    }
     scratch_rows_ = rows;
   }
   if (sampled_rows > scratch_sampled_) {
@@ -308,19 +310,17 @@ absl::Status Mamba2Model::AllReduce(float* data, size_t count, bool collectives,
 // Whether groups are whole is the same on every rank (heads per rank % heads per group),
 // so every rank makes the same calls.
 absl::Status Mamba2Model::GroupNorm(const Layer& layer, const Tensor& y, const Tensor& z,
-                                    int64_t rows, bool collectives, absl::Status& status,
-                                    int64_t layer_index) {
+                                    const Tensor& out, int64_t rows, bool collectives,
+                                    absl::Status& status, int64_t layer_index) {
   const int64_t local_groups = layout_.groups();
   const int64_t group_size = layout_.heads_per_group * config_.headdim;
   const Device device = backend_.device();
   auto fail = [&](absl::Status op) {
     if (status.ok() && !op.ok()) status = Annotate(op, LayerContext(layer_index));
   };
-  if (layout_.groups_whole()) {
-    const Tensor sumsq(sumsq_.data(), ::coil::DType::kF32, {rows, local_groups}, device);
-    if (status.ok()) fail(backend_.GatedSumSquares(y, z, local_groups, y, sumsq));
+  if (layout_.groups_whole()) {  // one pass: the same bits as the two halves
     if (status.ok()) {
-      fail(backend_.GatedNormApply(y, sumsq, layer.mixer_norm, group_size, mixer_norm_eps_, y));
+      fail(backend_.GatedRmsNorm(y, z, layer.mixer_norm, local_groups, mixer_norm_eps_, out));
     }
     return absl::OkStatus();
   }
@@ -348,7 +348,7 @@ absl::Status Mamba2Model::GroupNorm(const Layer& layer, const Tensor& y, const T
     const Tensor weight(layer.mixer_norm.data<float>() + begin, ::coil::DType::kF32, {width},
                         device);
     fail(backend_.GatedNormApply(y.Columns(begin, width), sums.Columns(layout_.group_begin + g, 1),
-                                 weight, group_size, mixer_norm_eps_, y.Columns(begin, width)));
+                                 weight, group_size, mixer_norm_eps_, out.Columns(begin, width)));
   }
   return absl::OkStatus();  // only a failed collective is returned; local errors go in status
 }
@@ -400,6 +400,13 @@ absl::Status Mamba2Model::Compute(int64_t rows, int64_t sampled, bool all_rows,
   const Tensor zxbcdt(zxbcdt_.data(), ::coil::DType::kF32, {rows, layout_.in_proj_rows()}, device);
   const Tensor xbc(xbc_.data(), ::coil::DType::kF32, {rows, cc}, device);
   const Tensor y(y_.data(), ::coil::DType::kF32, {rows, e}, device);
+  // With bf16 weights the norms before in_proj and out_proj write bf16 rows (what the
+  // matmuls would round their input to), so no conversion runs between them.
+  const bool bf16_rows = weight_dtype_ == ::coil::DType::kBF16;
+  const Tensor in_proj_x =
+      bf16_rows ? Tensor(rows16_.data(), ::coil::DType::kBF16, {rows, d}, device) : normed;
+  const Tensor out_proj_x =
+      bf16_rows ? Tensor(rows16_.data(), ::coil::DType::kBF16, {rows, e}, device) : y;
   const Tensor z = zxbcdt.Columns(0, e);
   const Tensor xbc_in = zxbcdt.Columns(e, cc);
   const Tensor dt = zxbcdt.Columns(e + cc, h);
@@ -426,10 +433,11 @@ absl::Status Mamba2Model::Compute(int64_t rows, int64_t sampled, bool all_rows,
     const Layer& layer = layers_[l];
     const int64_t layer_index = static_cast<int64_t>(l);
     if (status.ok()) {
-      run(backend_.AddRmsNorm(l == 0 ? Tensor() : mixer_out, layer.norm, eps, residual, normed),
+      run(backend_.AddRmsNorm(l == 0 ? Tensor() : mixer_out, layer.norm, eps, residual,
+                              in_proj_x),
           layer_index);
     }
-    if (status.ok()) run(backend_.Matmul(normed, layer.in_proj, zxbcdt), layer_index);
+    if (status.ok()) run(backend_.Matmul(in_proj_x, layer.in_proj, zxbcdt), layer_index);
     if (status.ok()) {
       run(backend_.CausalConv1d(xbc_in, layer.conv_weight, layer.conv_bias, batch,
                                 pool.ConvState(static_cast<int64_t>(l)), xbc),
@@ -440,8 +448,9 @@ absl::Status Mamba2Model::Compute(int64_t rows, int64_t sampled, bool all_rows,
                            pool.SsmState(static_cast<int64_t>(l)), y),
           layer_index);
     }
-    COIL_RETURN_IF_ERROR(GroupNorm(layer, y, z, rows, collectives, status, layer_index));
-    if (status.ok()) run(backend_.Matmul(y, layer.out_proj, mixer_out), layer_index);
+    COIL_RETURN_IF_ERROR(
+        GroupNorm(layer, y, z, out_proj_x, rows, collectives, status, layer_index));
+    if (status.ok()) run(backend_.Matmul(out_proj_x, layer.out_proj, mixer_out), layer_index);
     COIL_RETURN_IF_ERROR(
         AllReduce(mixer_out.data<float>(), static_cast<size_t>(rows * d), collectives, status));
   }

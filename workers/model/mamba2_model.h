@@ -148,9 +148,11 @@ class Mamba2Model {
   // Sums `count` floats of backend memory over the ranks. Returns a failed collective; a
   // failed staging copy is stored in `status`. Does nothing when !collectives (warm-up).
   absl::Status AllReduce(float* data, size_t count, bool collectives, absl::Status& status);
+  // rmsnorm(y * silu(z)) * w into `out` (y itself, or the bf16 rows of out_proj's input).
   // Returns a failed collective; a local error is stored in `status` (see Forward).
-  absl::Status GroupNorm(const Layer& layer, const Tensor& y, const Tensor& z, int64_t rows,
-                         bool collectives, absl::Status& status, int64_t layer_index);
+  absl::Status GroupNorm(const Layer& layer, const Tensor& y, const Tensor& z, const Tensor& out,
+                         int64_t rows, bool collectives, absl::Status& status,
+                         int64_t layer_index);
   // Packs and uploads `meta` into the metadata block (one copy) and returns its batch with
   // the device mirrors set (left null on the CPU).
   absl::StatusOr<const RecurrentBatch*> UploadStep(const StepMetadata& meta);
@@ -187,8 +189,11 @@ class Mamba2Model {
   // Step scratch, sized for scratch_rows_ tokens.
   int64_t scratch_rows_ = 0;
   int64_t scratch_sampled_ = 0;
-  Buffer residual_, normed_, mixer_out_, zxbcdt_, xbc_, y_, sumsq_, group_sums_, sampled_,
+  Buffer residual_, normed_, mixer_out_, zxbcdt_, xbc_, y_, group_sums_, sampled_,
       logits_, argmax_, gumbel_;
+  // bf16 weights only: the in_proj and out_proj inputs as bf16 rows, written rounded by the
+  // norms before them (in turn: the one buffer serves both), so the matmuls convert nothing.
+  Buffer rows16_;
   Buffer meta_;  // the step's packed metadata (PackStepMetadata), token ids first
   Buffer agree_;  // one float: the ranks' all-reduced count of failed scratch growths
   // Incremented whenever a scratch buffer is reallocated: graphs of older generations

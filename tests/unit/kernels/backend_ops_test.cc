@@ -7,6 +7,7 @@
 // batch, the scratch row, bytes past each tensor, padding of strided rows) unchanged.
 #include <cmath>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 
@@ -114,6 +115,62 @@ TEST(BackendOpsCoverageTest, EveryOpHasACase) {
   std::set<std::string> ops(std::begin(kBackendOps), std::end(kBackendOps));
   for (const std::string& op : covered) {
     EXPECT_TRUE(ops.count(op)) << "case op " << op << " is not in kBackendOps";
+  }
+}
+
+// ---- (4) invariants between ops of one backend.
+
+// GatedRmsNorm is GatedSumSquares then GatedNormApply (group_size = the group width) in one
+// pass: the same bits on every backend, and its bf16 out is that f32 out rounded.
+TEST(GatedRmsNormInvariantTest, EqualsItsTwoHalvesBitForBit) {
+  constexpr int64_t kRows = 6, kWidth = 1000, kGroups = 4;
+  std::mt19937_64 rng(SeedFromName("GatedRmsNormInvariant"));
+  const std::vector<float> y = RandomFloats(rng, kRows * kWidth, -2.0f, 2.0f);
+  const std::vector<float> z = RandomFloats(rng, kRows * kWidth, -4.0f, 4.0f);
+  const std::vector<float> w = RandomFloats(rng, kWidth, 0.5f, 1.5f);
+  for (const BackendUnderTest& b : Backends()) {
+    SCOPED_TRACE(b.name);
+    auto backend_or = CreateBackend(b.kind, {.threads = b.threads});
+    if (absl::IsUnimplemented(backend_or.status()) || absl::IsUnavailable(backend_or.status())) {
+      continue;  // no GPU here
+    }
+    ASSERT_TRUE(backend_or.ok()) << backend_or.status();
+    Backend& be = **backend_or;
+    const Device dev = be.device();
+    auto d_y = DeviceArray::FromFloats(be, y);
+    auto d_z = DeviceArray::FromFloats(be, z);
+    auto d_w = DeviceArray::FromFloats(be, w);
+    auto d_gated = DeviceArray::FromFloats(be, std::vector<float>(kRows * kWidth));
+    auto d_sums = DeviceArray::FromFloats(be, std::vector<float>(kRows * kGroups));
+    auto d_two = DeviceArray::FromFloats(be, std::vector<float>(kRows * kWidth));
+    auto d_one = DeviceArray::FromFloats(be, std::vector<float>(kRows * kWidth));
+    auto d_one16 = DeviceArray::FromFloats(be, std::vector<float>(kRows * kWidth), DType::kBF16);
+    ASSERT_TRUE(d_y.ok() && d_z.ok() && d_w.ok() && d_gated.ok() && d_sums.ok() && d_two.ok() &&
+                d_one.ok() && d_one16.ok());
+    auto t = [&](const DeviceArray& a, DType dtype, std::initializer_list<int64_t> shape) {
+      return Tensor(a.data(), dtype, shape, dev);
+    };
+    const Tensor ty = t(*d_y, DType::kF32, {kRows, kWidth});
+    const Tensor tz = t(*d_z, DType::kF32, {kRows, kWidth});
+    const Tensor tw = t(*d_w, DType::kF32, {kWidth});
+    ASSERT_TRUE(be.GatedSumSquares(ty, tz, kGroups, t(*d_gated, DType::kF32, {kRows, kWidth}),
+                                   t(*d_sums, DType::kF32, {kRows, kGroups}))
+                    .ok());
+    ASSERT_TRUE(be.GatedNormApply(t(*d_gated, DType::kF32, {kRows, kWidth}),
+                                  t(*d_sums, DType::kF32, {kRows, kGroups}), tw,
+                                  kWidth / kGroups, 1e-5f, t(*d_two, DType::kF32, {kRows, kWidth}))
+                    .ok());
+    ASSERT_TRUE(
+        be.GatedRmsNorm(ty, tz, tw, kGroups, 1e-5f, t(*d_one, DType::kF32, {kRows, kWidth})).ok());
+    ASSERT_TRUE(
+        be.GatedRmsNorm(ty, tz, tw, kGroups, 1e-5f, t(*d_one16, DType::kBF16, {kRows, kWidth}))
+            .ok());
+    auto two = d_two->ReadFloats();
+    auto one = d_one->ReadFloats();
+    auto one16 = d_one16->Read();
+    ASSERT_TRUE(two.ok() && one.ok() && one16.ok());
+    EXPECT_EQ(*one, *two);
+    EXPECT_EQ(Decode(*one16, DType::kBF16), Decode(Encode(*two, DType::kBF16), DType::kBF16));
   }
 }
 

@@ -314,6 +314,12 @@ TEST(BackendShapeTest, RejectsMismatchedShapesWithBothSizes) {
   std::vector<int32_t> ids(2);
   EXPECT_TRUE(absl::IsInvalidArgument(
       (*backend)->Matmul(Tensor(ids.data(), DType::kI32, {2, 1}), T(w, {4, 5}), T(y, {2, 4}))));
+  // bf16 rows go with bf16 weights only.
+  std::vector<uint16_t> xb(2 * 5);
+  const absl::Status mixed =
+      (*backend)->Matmul(Tensor(xb.data(), DType::kBF16, {2, 5}), T(w, {4, 5}), T(y, {2, 4}));
+  EXPECT_TRUE(absl::IsInvalidArgument(mixed));
+  EXPECT_THAT(std::string(mixed.message()), HasSubstr("pass x as f32"));
   // Without CUDA the factory refuses the kind; with it, a machine without a GPU answers
   // UNAVAILABLE and one with a GPU gets the backend.
   const absl::Status cuda = CreateBackend(BackendKind::kCuda).status();

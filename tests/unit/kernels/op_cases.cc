@@ -75,12 +75,15 @@ class EmbeddingCase : public OpCase {
 class AddRmsNormCase : public OpCase {
  public:
   // out_is_x: out aliases x (the model normalizes into the block output it just added).
-  AddRmsNormCase(int64_t rows, int64_t width, bool with_x, bool out_is_x = false)
-      : rows_(rows), width_(width), with_x_(with_x), out_is_x_(out_is_x) {}
+  // out_dtype kBF16: out rounded to bf16 (a bf16 matmul's input).
+  AddRmsNormCase(int64_t rows, int64_t width, bool with_x, bool out_is_x = false,
+                 DType out_dtype = DType::kF32)
+      : rows_(rows), width_(width), with_x_(with_x), out_is_x_(out_is_x), out_dtype_(out_dtype) {}
   std::string Op() const override { return "AddRmsNorm"; }
   std::string Params() const override {
     return absl::StrCat("f32_t", rows_, "_d", width_, with_x_ ? "_add" : "_first",
-                        out_is_x_ ? "_outisx" : "");
+                        out_is_x_ ? "_outisx" : "",
+                        out_dtype_ == DType::kBF16 ? "_outbf16" : "");
   }
   void MakeInputs(uint64_t seed) override {
     std::mt19937_64 rng(seed);
@@ -92,7 +95,7 @@ class AddRmsNormCase : public OpCase {
     COIL_ASSIGN_OR_RETURN(d_x_, DeviceArray::FromFloats(backend, x_));
     COIL_ASSIGN_OR_RETURN(d_res_, DeviceArray::FromFloats(backend, residual_));
     COIL_ASSIGN_OR_RETURN(d_w_, DeviceArray::FromFloats(backend, weight_));
-    COIL_ASSIGN_OR_RETURN(d_out_, DeviceArray::FromFloats(backend, residual_));
+    COIL_ASSIGN_OR_RETURN(d_out_, DeviceArray::FromFloats(backend, residual_, out_dtype_));
     return absl::OkStatus();
   }
   absl::Status Launch(Backend& backend) override {
@@ -101,11 +104,12 @@ class AddRmsNormCase : public OpCase {
         with_x_ ? Tensor(d_x_->data(), DType::kF32, {rows_, width_}, dev) : Tensor(),
         Tensor(d_w_->data(), DType::kF32, {width_}, dev), 1e-5f,
         Tensor(d_res_->data(), DType::kF32, {rows_, width_}, dev),
-        Tensor((out_is_x_ ? d_x_ : d_out_)->data(), DType::kF32, {rows_, width_}, dev));
+        Tensor((out_is_x_ ? d_x_ : d_out_)->data(), out_dtype_, {rows_, width_}, dev));
   }
   absl::StatusOr<OpResult> Collect() override {
     OpResult r;
-    COIL_ASSIGN_OR_RETURN(auto out, (out_is_x_ ? d_x_ : d_out_)->ReadFloats());
+    COIL_ASSIGN_OR_RETURN(auto bytes, (out_is_x_ ? d_x_ : d_out_)->Read());
+    std::vector<float> out = Decode(bytes, out_dtype_);
     COIL_ASSIGN_OR_RETURN(auto res, d_res_->ReadFloats());
     r.outputs.emplace_back("out", std::move(out));
     r.outputs.emplace_back("residual", std::move(res));
@@ -117,6 +121,7 @@ class AddRmsNormCase : public OpCase {
  private:
   int64_t rows_, width_;
   bool with_x_, out_is_x_;
+  DType out_dtype_;
   std::vector<float> x_, residual_, weight_;
   std::optional<DeviceArray> d_x_, d_res_, d_w_, d_out_;
 };
@@ -126,13 +131,15 @@ class MatmulCase : public OpCase {
  public:
   // x_stride_pad > 0: x is columns [2, 2 + k) of an [m, k + x_stride_pad] matrix (strided
   // rows starting off any 16-byte boundary, as slices of in_proj's output are).
+  // x_dtype kBF16 (with bf16 weights): x comes as bf16 rows.
   MatmulCase(DType dtype, int64_t m, int64_t n, int64_t k, int64_t y_stride_pad = 0,
-             int64_t x_stride_pad = 0)
-      : dtype_(dtype), m_(m), n_(n), k_(k), pad_(y_stride_pad), xpad_(x_stride_pad) {}
+             int64_t x_stride_pad = 0, DType x_dtype = DType::kF32)
+      : dtype_(dtype), x_dtype_(x_dtype), m_(m), n_(n), k_(k), pad_(y_stride_pad),
+        xpad_(x_stride_pad) {}
   std::string Op() const override { return "Matmul"; }
   std::string Params() const override {
-    return absl::StrCat(DTypeName(dtype_), "_m", m_, "_n", n_, "_k", k_,
-                        pad_ ? absl::StrCat("_ypad", pad_) : "",
+    return absl::StrCat(DTypeName(dtype_), x_dtype_ == DType::kBF16 ? "_xbf16" : "", "_m", m_,
+                        "_n", n_, "_k", k_, pad_ ? absl::StrCat("_ypad", pad_) : "",
                         xpad_ ? absl::StrCat("_xpad", xpad_) : "");
   }
   void MakeInputs(uint64_t seed) override {
@@ -141,7 +148,7 @@ class MatmulCase : public OpCase {
     w_ = RandomFloats(rng, n_ * k_, -0.1f, 0.1f);
   }
   absl::Status Prepare(Backend& backend) override {
-    COIL_ASSIGN_OR_RETURN(d_x_, DeviceArray::FromFloats(backend, x_));
+    COIL_ASSIGN_OR_RETURN(d_x_, DeviceArray::FromFloats(backend, x_, x_dtype_));
     COIL_ASSIGN_OR_RETURN(d_w_, DeviceArray::FromFloats(backend, w_, dtype_));
     COIL_ASSIGN_OR_RETURN(d_y_, DeviceArray::FromFloats(
                                     backend, std::vector<float>(m_ * (n_ + pad_), 3.0f)));
@@ -149,7 +156,7 @@ class MatmulCase : public OpCase {
   }
   absl::Status Launch(Backend& backend) override {
     const Device dev = backend.device();
-    const Tensor x(d_x_->data(), DType::kF32, {m_, k_ + xpad_}, dev);
+    const Tensor x(d_x_->data(), x_dtype_, {m_, k_ + xpad_}, dev);
     return backend.Matmul(xpad_ ? x.Columns(2, k_) : x,
                           Tensor(d_w_->data(), dtype_, {n_, k_}, dev),
                           Tensor(d_y_->data(), DType::kF32, {m_, n_}, {n_ + pad_, 1}, dev));
@@ -170,11 +177,12 @@ class MatmulCase : public OpCase {
   }
   double flops() const override { return 2.0 * m_ * n_ * k_; }
   double bytes() const override {
-    return static_cast<double>(n_) * k_ * DTypeSize(dtype_) + 4.0 * m_ * (k_ + n_);
+    return static_cast<double>(n_) * k_ * DTypeSize(dtype_) +
+           static_cast<double>(m_) * k_ * DTypeSize(x_dtype_) + 4.0 * m_ * n_;
   }
 
  private:
-  DType dtype_;
+  DType dtype_, x_dtype_;
   int64_t m_, n_, k_, pad_, xpad_;
   std::vector<float> x_, w_;
   std::optional<DeviceArray> d_x_, d_w_, d_y_;
@@ -483,14 +491,17 @@ class GatedNormApplyCase : public OpCase {
  public:
   // views: out aliases gated, and sumsq is columns [2, 2 + groups) of a [rows, groups + 3]
   // matrix.
+  // out_dtype kBF16: out rounded to bf16 (out_proj's input), in its own buffer.
   GatedNormApplyCase(int64_t rows, int64_t width, int64_t groups, int64_t group_size,
-                     bool views = false)
-      : rows_(rows), width_(width), groups_(groups), group_size_(group_size), views_(views) {}
+                     bool views = false, DType out_dtype = DType::kF32)
+      : rows_(rows), width_(width), groups_(groups), group_size_(group_size), views_(views),
+        out_dtype_(out_dtype) {}
   std::string Op() const override { return "GatedNormApply"; }
   std::string Params() const override {
     return absl::StrCat("f32_t", rows_, "_e", width_, "_g", groups_, "_gs", group_size_,
-                        views_ ? "_views" : "");
+                        views_ ? "_views" : "", out_dtype_ == DType::kBF16 ? "_outbf16" : "");
   }
+  bool out_is_gated() const { return views_ && out_dtype_ == DType::kF32; }
   int64_t sumsq_width() const { return views_ ? groups_ + 3 : groups_; }
   void MakeInputs(uint64_t seed) override {
     std::mt19937_64 rng(seed);
@@ -502,7 +513,8 @@ class GatedNormApplyCase : public OpCase {
     COIL_ASSIGN_OR_RETURN(d_g_, DeviceArray::FromFloats(backend, gated_));
     COIL_ASSIGN_OR_RETURN(d_s_, DeviceArray::FromFloats(backend, sumsq_));
     COIL_ASSIGN_OR_RETURN(d_w_, DeviceArray::FromFloats(backend, weight_));
-    COIL_ASSIGN_OR_RETURN(d_o_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * width_)));
+    COIL_ASSIGN_OR_RETURN(
+        d_o_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * width_), out_dtype_));
     return absl::OkStatus();
   }
   absl::Status Launch(Backend& backend) override {
@@ -512,11 +524,12 @@ class GatedNormApplyCase : public OpCase {
         Tensor(d_g_->data(), DType::kF32, {rows_, width_}, dev),
         views_ ? sumsq.Columns(2, groups_) : sumsq,
         Tensor(d_w_->data(), DType::kF32, {width_}, dev), group_size_, 1e-5f,
-        Tensor((views_ ? d_g_ : d_o_)->data(), DType::kF32, {rows_, width_}, dev));
+        Tensor((out_is_gated() ? d_g_ : d_o_)->data(), out_dtype_, {rows_, width_}, dev));
   }
   absl::StatusOr<OpResult> Collect() override {
     OpResult r;
-    COIL_ASSIGN_OR_RETURN(auto o, (views_ ? d_g_ : d_o_)->ReadFloats());
+    COIL_ASSIGN_OR_RETURN(auto bytes, (out_is_gated() ? d_g_ : d_o_)->Read());
+    std::vector<float> o = Decode(bytes, out_dtype_);
     r.outputs.emplace_back("out", std::move(o));
     return r;
   }
@@ -526,8 +539,61 @@ class GatedNormApplyCase : public OpCase {
  private:
   int64_t rows_, width_, groups_, group_size_;
   bool views_;
+  DType out_dtype_;
   std::vector<float> gated_, sumsq_, weight_;
   std::optional<DeviceArray> d_g_, d_s_, d_w_, d_o_;
+};
+
+// ---------------------------------------------------------------- GatedRmsNorm
+class GatedRmsNormCase : public OpCase {
+ public:
+  // out_is_y: out aliases y (f32); out_dtype kBF16: out_proj's bf16 rows. z is strided.
+  GatedRmsNormCase(int64_t rows, int64_t width, int64_t groups, bool out_is_y,
+                   DType out_dtype = DType::kF32)
+      : rows_(rows), width_(width), groups_(groups), out_is_y_(out_is_y), out_dtype_(out_dtype) {}
+  std::string Op() const override { return "GatedRmsNorm"; }
+  std::string Params() const override {
+    return absl::StrCat("f32_t", rows_, "_e", width_, "_g", groups_, out_is_y_ ? "_outisy" : "",
+                        out_dtype_ == DType::kBF16 ? "_outbf16" : "");
+  }
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    y_ = RandomFloats(rng, rows_ * width_, -2.0f, 2.0f);
+    z_ = RandomFloats(rng, rows_ * (width_ + 3), -4.0f, 4.0f);
+    weight_ = RandomFloats(rng, width_, 0.5f, 1.5f);
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_y_, DeviceArray::FromFloats(backend, y_));
+    COIL_ASSIGN_OR_RETURN(d_z_, DeviceArray::FromFloats(backend, z_));
+    COIL_ASSIGN_OR_RETURN(d_w_, DeviceArray::FromFloats(backend, weight_));
+    COIL_ASSIGN_OR_RETURN(
+        d_o_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * width_, std::nanf("")),
+                                      out_dtype_));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    const Device dev = backend.device();
+    const Tensor zp(d_z_->data(), DType::kF32, {rows_, width_ + 3}, dev);
+    return backend.GatedRmsNorm(
+        Tensor(d_y_->data(), DType::kF32, {rows_, width_}, dev), zp.Columns(3, width_),
+        Tensor(d_w_->data(), DType::kF32, {width_}, dev), groups_, 1e-5f,
+        Tensor((out_is_y_ ? d_y_ : d_o_)->data(), out_dtype_, {rows_, width_}, dev));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    COIL_ASSIGN_OR_RETURN(auto bytes, (out_is_y_ ? d_y_ : d_o_)->Read());
+    r.outputs.emplace_back("out", Decode(bytes, out_dtype_));
+    return r;
+  }
+  double flops() const override { return 10.0 * rows_ * width_; }
+  double bytes() const override { return 16.0 * rows_ * width_; }
+
+ private:
+  int64_t rows_, width_, groups_;
+  bool out_is_y_;
+  DType out_dtype_;
+  std::vector<float> y_, z_, weight_;
+  std::optional<DeviceArray> d_y_, d_z_, d_w_, d_o_;
 };
 
 // ---------------------------------------------------------------- Argmax
@@ -711,6 +777,14 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   // Wider than a block of threads and not a multiple of the warp size; out aliasing x.
   cases.push_back(std::make_unique<AddRmsNormCase>(4, 333, true, true));
   cases.push_back(std::make_unique<AddRmsNormCase>(2, 1031, false));
+  // bf16 outs and bf16 rows: what a bf16 model passes from its norms to its matmuls.
+  cases.push_back(std::make_unique<AddRmsNormCase>(5, 333, true, false, DType::kBF16));
+  cases.push_back(std::make_unique<AddRmsNormCase>(3, 768, false, false, DType::kBF16));
+  cases.push_back(std::make_unique<MatmulCase>(DType::kBF16, 9, 64, 128, 0, 0, DType::kBF16));
+  cases.push_back(std::make_unique<MatmulCase>(DType::kBF16, 33, 50, 96, 5, 0, DType::kBF16));
+  cases.push_back(std::make_unique<MatmulCase>(DType::kBF16, 1, 37, 70, 0, 0, DType::kBF16));
+  // bf16 rows at an odd stride, 4 bytes into a row: not 16-byte aligned, so copied.
+  cases.push_back(std::make_unique<MatmulCase>(DType::kBF16, 7, 40, 64, 0, 3, DType::kBF16));
   cases.push_back(std::make_unique<CausalConv1dCase>(40, 4, std::vector<int32_t>{1, 2, 7}, 6));
   cases.push_back(std::make_unique<CausalConv1dCase>(300, 4, std::vector<int32_t>{1, 1, 1, 1}, 8));
   cases.push_back(std::make_unique<CausalConv1dCase>(17, 2, std::vector<int32_t>{3, 1}, 2));
@@ -803,6 +877,11 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   cases.push_back(std::make_unique<GatedNormApplyCase>(4, 40, 1, 80));
   cases.push_back(std::make_unique<GatedNormApplyCase>(3, 999, 3, 333, true));
   cases.push_back(std::make_unique<GatedNormApplyCase>(2, 37, 1, 74, true));
+  cases.push_back(std::make_unique<GatedNormApplyCase>(5, 96, 2, 48, false, DType::kBF16));
+  cases.push_back(std::make_unique<GatedRmsNormCase>(5, 96, 2, false));
+  cases.push_back(std::make_unique<GatedRmsNormCase>(3, 999, 3, true));
+  cases.push_back(std::make_unique<GatedRmsNormCase>(4, 1536, 1, false, DType::kBF16));
+  cases.push_back(std::make_unique<GatedNormApplyCase>(3, 999, 3, 333, true, DType::kBF16));
   cases.push_back(std::make_unique<ArgmaxCase>(6, 1000));
   cases.push_back(std::make_unique<ArgmaxCase>(3, 37));
   cases.push_back(std::make_unique<ArgmaxCase>(4, 1000, true));
@@ -840,6 +919,7 @@ std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode) {
   }
   cases.push_back(std::make_unique<GatedSumSquaresCase>(rows, 1536, 1));
   cases.push_back(std::make_unique<GatedNormApplyCase>(rows, 1536, 1, 1536));
+  cases.push_back(std::make_unique<GatedRmsNormCase>(rows, 1536, 1, false, DType::kBF16));
   cases.push_back(std::make_unique<ArgmaxCase>(rows, 50288));
   cases.push_back(std::make_unique<GumbelArgmaxCase>(rows, 50277, 0, true, false));
   return cases;

@@ -246,6 +246,10 @@ class AllocationFailingBackend final : public Backend {
                                 int64_t group_size, float eps, const Tensor& out) override {
     return cpu_->GatedNormApply(gated, sumsq, weight, group_size, eps, out);
   }
+  absl::Status DoGatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
+                              int64_t ngroups, float eps, const Tensor& out) override {
+    return cpu_->GatedRmsNorm(y, z, weight, ngroups, eps, out);
+  }
   absl::Status DoArgmax(const Tensor& logits, const Tensor& ids, const Tensor& values) override {
     return cpu_->Argmax(logits, ids, values);
   }
