@@ -30,12 +30,26 @@ constexpr int kNr = 4;        // W rows per tile
 constexpr int64_t kMb = 256;  // x rows per cache block (L2)
 constexpr int64_t kNb = 32;   // W rows per cache block (L1/L2), swept by every x tile
 
+// Row m of x as the values a bf16 matmul multiplies: f32 x rounded to bf16, or bf16 x
+// widened (the same values when x holds those roundings).
+void Bf16RowValues(const Tensor& x, int64_t m, int64_t k_count, float* out) {
+  if (x.dtype() == DType::kBF16) {
+    const uint16_t* xr = RowBf16(x, m);
+    for (int64_t k = 0; k < k_count; ++k) out[k] = Bf16ToFloat(xr[k]);
+  } else {
+    const float* xr = RowF32(x, m);
+    for (int64_t k = 0; k < k_count; ++k) out[k] = Bf16ToFloat(FloatToBf16(xr[k]));
+  }
+}
+
 // ---------------------------------------------------------------- reference
 void MatmulRef(const Tensor& x, const Tensor& w, const Tensor& y, int64_t m_begin,
                int64_t m_end) {
   const int64_t n_count = w.dim(0), k_count = w.dim(1);
+  std::vector<float> xrow(w.dtype() == DType::kBF16 ? static_cast<size_t>(k_count) : 0);
   for (int64_t m = m_begin; m < m_end; ++m) {
-    const float* xr = RowF32(x, m);
+    const float* xr = w.dtype() == DType::kBF16 ? xrow.data() : RowF32(x, m);
+    if (w.dtype() == DType::kBF16) Bf16RowValues(x, m, k_count, xrow.data());
     float* yr = RowF32(y, m);
     for (int64_t n = 0; n < n_count; ++n) {
       double acc = 0.0;
@@ -44,8 +58,7 @@ void MatmulRef(const Tensor& x, const Tensor& w, const Tensor& y, int64_t m_begi
         double wv, xv = xr[k];
         switch (w.dtype()) {
           case DType::kBF16:
-            wv = Bf16ToFloat(w.data<uint16_t>()[i]);
-            xv = Bf16ToFloat(FloatToBf16(xr[k]));
+            wv = Bf16ToFloat(w.data<uint16_t>()[i]);  // xr holds the bf16 values
             break;
           case DType::kF16:
             wv = F16ToFloat(w.data<uint16_t>()[i]);
@@ -83,10 +96,11 @@ void MatmulPortable(const Tensor& x, const Tensor& w, const Tensor& y, int64_t n
                                             : F16ToFloat(w.data<uint16_t>()[i]);
     }
     for (int64_t m = 0; m < m_count; ++m) {
-      const float* xr = RowF32(x, m);
+      const float* xr = xrow.data();
       if (w.dtype() == DType::kBF16) {
-        for (int64_t k = 0; k < k_count; ++k) xrow[k] = Bf16ToFloat(FloatToBf16(xr[k]));
-        xr = xrow.data();
+        Bf16RowValues(x, m, k_count, xrow.data());
+      } else {
+        xr = RowF32(x, m);
       }
       RowF32(y, m)[n] = DotPortable(xr, wrow.data(), k_count);
     }
@@ -270,17 +284,8 @@ struct AlignedArray {
 
 void CpuMatmul(const CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor& y) {
   const int64_t m_count = x.dim(0), n_count = w.dim(0), k_count = w.dim(1);
-  if (x.dtype() == DType::kBF16) {
-    // bf16 rows (with bf16 weights): their exact f32 values, which the bf16 paths below
-    // round back to the same bits, so y is what the f32 rows would give.
-    std::vector<float> xf(static_cast<size_t>(m_count * k_count));
-    for (int64_t m = 0; m < m_count; ++m) {
-      const uint16_t* xr = RowBf16(x, m);
-      for (int64_t k = 0; k < k_count; ++k) xf[m * k_count + k] = Bf16ToFloat(xr[k]);
-    }
-    CpuMatmul(ctx, Tensor(xf.data(), DType::kF32, {m_count, k_count}), w, y);
-    return;
-  }
+  // bf16 x comes with bf16 weights only (Backend::Matmul): every bf16 path below takes it
+  // as the rounded rows it would otherwise make from f32 x, so y is the same.
   if (ctx.use_ref) {
     ctx.pool->ParallelFor(m_count, 1,
                           [&](int64_t begin, int64_t end) { MatmulRef(x, w, y, begin, end); });
@@ -292,7 +297,13 @@ void CpuMatmul(const CpuContext& ctx, const Tensor& x, const Tensor& w, const Te
     const int64_t ldx = (k_count + 31) / 32 * 32;
     AlignedArray<uint16_t> xb(m_count * ldx);
     ctx.pool->ParallelFor(m_count, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t m = begin; m < end; ++m) RowToBf16(RowF32(x, m), xb.get() + m * ldx, k_count);
+      for (int64_t m = begin; m < end; ++m) {
+        if (x.dtype() == DType::kBF16) {
+          std::memcpy(xb.get() + m * ldx, RowBf16(x, m), sizeof(uint16_t) * k_count);
+        } else {
+          RowToBf16(RowF32(x, m), xb.get() + m * ldx, k_count);
+        }
+      }
     });
     const uint16_t* wp = w.data<uint16_t>();
     ctx.pool->ParallelFor(n_count, kNr, [&](int64_t n_begin, int64_t n_end) {
