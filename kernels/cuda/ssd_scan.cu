@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(kBuildThreads)
 // ---------------------------------------------------------------- phase 1: dt' and cumsum
 
 // Block per chunk; warp per head: dt' and the inclusive sum of A dt' (in double, as the CPU)
-// over the chunk, 32 rows at a time with a carry.
+// over the chunk, 32 rows at a time with a carry; then, every sum written (__syncwarp
+// orders the lanes' writes before the reads), each row's scales (SsdRowScales).
 __global__ void __launch_bounds__(kCumsumWarps * 32)
     ChunkCumsumKernel(SsmScanParams p, SsdScratch w) {
   const SsdChunk chunk = w.chunks[blockIdx.x];
@@ -124,12 +125,17 @@ __global__ void __launch_bounds__(kCumsumWarps * 32)
       }
       carry = __shfl_sync(0xffffffffu, sum, 31);
     }
+    __syncwarp();
+    for (int32_t t = lane; t < chunk.length; t += 32) SsdRowScales(p, w, chunk, head, t);
   }
 }
 
 // ---------------------------------------------------------------- phase 2: C B^T, states
 
-// The block bodies are ssd_blocks.h's, shared with the host emulation.
+// The block bodies are ssd_blocks.h's, shared with the host emulation. The bf16 forms ask
+// for 2 (C B^T) or 3 (states, scan) resident blocks per SM: their time goes into staging
+// loads, and more blocks keep more of them in flight (ptxas, sm_90: 109-124 registers at
+// 2, 80 at 3 with at most 20 bytes of spill in the chunk scan and none in the states).
 template <bool kBf16>
 __global__ void __launch_bounds__(kGemmThreads, kBf16 ? 2 : 1)
     ChunkCbKernel(SsmScanParams p, SsdScratch w, int32_t pairs_per_chunk) {
@@ -139,7 +145,7 @@ __global__ void __launch_bounds__(kGemmThreads, kBf16 ? 2 : 1)
 }
 
 template <bool kBf16>
-__global__ void __launch_bounds__(kGemmThreads, kBf16 ? 2 : 1) ChunkStateKernel(SsmScanParams p, SsdScratch w) {
+__global__ void __launch_bounds__(kGemmThreads, kBf16 ? 3 : 1) ChunkStateKernel(SsmScanParams p, SsdScratch w) {
   __shared__ TileSmem<kBf16> sm;
   DeviceExec ex;
   ChunkStateBlock<kBf16>(ex, sm, p, w, blockIdx.x, static_cast<int32_t>(blockIdx.y),
@@ -161,7 +167,7 @@ __global__ void __launch_bounds__(kPassThreads) StatePassingKernel(SsmScanParams
 // ---------------------------------------------------------------- phase 4: chunk scan
 
 template <bool kBf16>
-__global__ void __launch_bounds__(kGemmThreads, kBf16 ? 2 : 1)
+__global__ void __launch_bounds__(kGemmThreads, kBf16 ? 3 : 1)
     ChunkScanKernel(SsmScanParams p, SsdScratch w, int32_t t_tiles) {
   __shared__ TileSmem<kBf16> sm;
   DeviceExec ex;

@@ -46,13 +46,15 @@ struct SsdScratch {
   int32_t* seq_first_chunk;  // [num_seqs + 1]
   float* dtv;                // [heads][rows]: dt'
   double* cum;               // [heads][rows]: cumulative A dt' within the row's chunk
+  float* exp_cum;            // [heads][rows]: exp(cum_t)
+  float* state_scale;        // [heads][rows]: exp(cum_end - cum_t) dt'_t (SsdRowScales)
   float* cb;                 // per chunk and group, [length][length] C B^T (lower triangle)
   float* states;             // [chunks][heads][headdim][d_state]
 };
 
 // Byte offsets of each part (256-byte aligned) and the total.
 struct SsdScratchLayout {
-  size_t chunks, seq_first_chunk, dtv, cum, cb, states, total;
+  size_t chunks, seq_first_chunk, dtv, cum, exp_cum, state_scale, cb, states, total;
 };
 
 inline size_t SsdAlignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -65,16 +67,20 @@ inline SsdScratchLayout LayoutSsdScratch(const SsdChunkPlan& plan, const SsmScan
       sizeof(int32_t) * plan.seq_first_chunk.size(),
       sizeof(float) * per_row,
       sizeof(double) * per_row,
+      sizeof(float) * per_row,
+      sizeof(float) * per_row,
       sizeof(float) * static_cast<size_t>(p.groups) * static_cast<size_t>(plan.cb_floats_per_group),
       sizeof(float) * chunks * static_cast<size_t>(p.heads) * static_cast<size_t>(p.headdim) *
           static_cast<size_t>(p.d_state)};
-  size_t offsets[6];
+  constexpr int kParts = sizeof(sizes) / sizeof(sizes[0]);
+  size_t offsets[kParts];
   size_t at = 0;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < kParts; ++i) {
     offsets[i] = at;
     at += SsdAlignUp(sizes[i]);
   }
-  return {offsets[0], offsets[1], offsets[2], offsets[3], offsets[4], offsets[5], at};
+  return {offsets[0], offsets[1], offsets[2], offsets[3], offsets[4],
+          offsets[5], offsets[6], offsets[7], at};
 }
 
 inline SsdScratch SsdScratchAt(void* base, const SsdScratchLayout& layout) {
@@ -83,6 +89,8 @@ inline SsdScratch SsdScratchAt(void* base, const SsdScratchLayout& layout) {
           reinterpret_cast<int32_t*>(bytes + layout.seq_first_chunk),
           reinterpret_cast<float*>(bytes + layout.dtv),
           reinterpret_cast<double*>(bytes + layout.cum),
+          reinterpret_cast<float*>(bytes + layout.exp_cum),
+          reinterpret_cast<float*>(bytes + layout.state_scale),
           reinterpret_cast<float*>(bytes + layout.cb),
           reinterpret_cast<float*>(bytes + layout.states)};
 }
@@ -233,15 +241,23 @@ COIL_HOST_DEVICE inline float* SsdChunkState(const SsmScanParams& p, const SsdSc
   return w.states + (k * p.heads + head) * static_cast<int64_t>(p.headdim) * p.d_state;
 }
 
+// Phase 1's last step, per row t of a chunk once its sums are all written: the two
+// per-row factors the tiled phases multiply their operands by, computed once here rather
+// than in every tile that loads the row (the same float operations either way).
+COIL_HOST_DEVICE inline void SsdRowScales(const SsmScanParams& p, const SsdScratch& w,
+                                          const SsdChunk& chunk, int32_t head, int32_t t) {
+  const int64_t base = SsdRowIndex(p, head, chunk.row0);
+  const double cum_end = w.cum[base + chunk.length - 1];
+  w.exp_cum[base + t] = expf(static_cast<float>(w.cum[base + t]));
+  w.state_scale[base + t] = expf(static_cast<float>(cum_end - w.cum[base + t])) * w.dtv[base + t];
+}
+
 // The chunk-state operand exp(cum_end - cum_s) dt'_s x_s[col]: the chunk's own state is
 // sum_s of it times B_s[n].
 COIL_HOST_DEVICE inline float SsdStateX(const SsmScanParams& p, const SsdScratch& w,
                                         const SsdChunk& chunk, int32_t head, int32_t s,
                                         int32_t col) {
-  const int64_t base = SsdRowIndex(p, head, chunk.row0);
-  const double cum_end = w.cum[base + chunk.length - 1];
-  const float weight = expf(static_cast<float>(cum_end - w.cum[base + s])) * w.dtv[base + s];
-  return weight * SsdX(p, chunk, head, s, col);
+  return w.state_scale[SsdRowIndex(p, head, chunk.row0) + s] * SsdX(p, chunk, head, s, col);
 }
 
 // Phase 3 for one state element `e` (= row * d_state + column) of one sequence and head:
@@ -263,8 +279,7 @@ COIL_HOST_DEVICE inline void SsdPassState(const SsmScanParams& p, const SsdScrat
     float* own = SsdChunkState(p, w, k, head) + e;
     const float chunk_state = *own;
     *own = h;
-    const double cum_end = w.cum[SsdRowIndex(p, head, chunk.row0) + chunk.length - 1];
-    h = h * expf(static_cast<float>(cum_end)) + chunk_state;
+    h = h * w.exp_cum[SsdRowIndex(p, head, chunk.row0) + chunk.length - 1] + chunk_state;
   }
   if (!scratch) *slot_state = h;
 }
@@ -274,8 +289,7 @@ COIL_HOST_DEVICE inline void SsdPassState(const SsmScanParams& p, const SsdScrat
 COIL_HOST_DEVICE inline float SsdScanC(const SsmScanParams& p, const SsdScratch& w,
                                        const SsdChunk& chunk, int32_t head, int32_t group,
                                        int32_t t, int32_t n) {
-  const double cum_t = w.cum[SsdRowIndex(p, head, chunk.row0) + t];
-  return SsdC(p, chunk, group, t, n) * expf(static_cast<float>(cum_t));
+  return SsdC(p, chunk, group, t, n) * w.exp_cum[SsdRowIndex(p, head, chunk.row0) + t];
 }
 
 // coef(t, s) = (C_t . B_s) exp(cum_t - cum_s) dt'_s, for s <= t only (C B^T's upper

@@ -70,6 +70,7 @@ void EmulateCumsum(const SsmScanParams& p, const SsdScratch& w, int64_t chunks) 
         w.dtv[base + t] = v;
         w.cum[base + t] = cum;
       }
+      for (int32_t t = 0; t < ch.length; ++t) SsdRowScales(p, w, ch, head, t);
     }
   }
 }
