@@ -28,45 +28,40 @@ StepResult ModelRunner::Execute(const StepPlan& plan) {
   absl::Status local = absl::OkStatus();
   auto meta = BuildStepMetadata(plan, model_.config().padded_vocab_size(), pool_.state_rows());
   std::vector<const ScheduledSequence*> rows;
-  bool greedy = false, plain = false;
+  using Kind = model::Mamba2Model::RowSampling;
+  std::vector<Kind> kinds;
   if (!meta.ok()) {
     local = meta.status();
   } else {
     rows.reserve(meta->sample_sequences.size());
     for (int32_t s : meta->sample_sequences) rows.push_back(&plan.sequences[s]);
-    // Greedy rows need only each rank's argmax, taken on the device: [rows] pairs come
-    // back instead of [rows, vocab] logits. The same choice on every rank (the same plan).
-    greedy = Sampler::AllGreedy(rows);
-    // Plain temperature rows likewise need only each rank's Gumbel-max.
-    plain = !greedy && Sampler::AllPlainTemperature(rows);
-    gumbel_temperatures_.clear();
-    gumbel_seeds_.clear();
-    gumbel_steps_.clear();
-    if (plain) {
-      for (const ScheduledSequence* row : rows) {
-        gumbel_temperatures_.push_back(row->sampling.temperature);
-        gumbel_seeds_.push_back(row->sampling.seed);
-        gumbel_steps_.push_back(row->rng_step);
-      }
+    // Greedy rows need only each rank's argmax, taken on the device, and plain temperature
+    // rows only its Gumbel-max: a pair per row comes back instead of a row of logits. Only
+    // the other rows' logits are copied to the host. The same split on every rank (the
+    // same plan), and a row's token does not depend on which way its neighbours go.
+    kinds.reserve(rows.size());
+    gumbel_temperatures_.assign(rows.size(), 1.0f);
+    gumbel_seeds_.assign(rows.size(), 0);
+    gumbel_steps_.assign(rows.size(), 0);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const absl::Span<const ScheduledSequence* const> one(&rows[r], 1);
+      kinds.push_back(Sampler::AllGreedy(one)           ? Kind::kArgmax
+                      : Sampler::AllPlainTemperature(one) ? Kind::kGumbel
+                                                          : Kind::kHost);
+      gumbel_temperatures_[r] = rows[r]->sampling.temperature;
+      gumbel_seeds_[r] = rows[r]->sampling.seed;
+      gumbel_steps_[r] = rows[r]->rng_step;
     }
     // The forward pass keeps making its collective calls after a local error (it returns
     // the error at the end), so the ranks stay in step; only a broken collective returns
     // early, and then the job cannot go on anyway.
-    if (greedy) {
-      local = model_.ForwardArgmax(*meta, pool_, argmax_ids_, argmax_values_);
-    } else if (plain) {
-      local = model_.ForwardGumbel(*meta, pool_, gumbel_temperatures_, gumbel_seeds_,
-                                   gumbel_steps_, gumbel_ids_, gumbel_scores_);
-    } else {
-      local = model_.Forward(*meta, pool_, /*all_rows=*/false, logits_);
-    }
+    local = model_.ForwardRows(*meta, pool_, kinds, gumbel_temperatures_, gumbel_seeds_,
+                               gumbel_steps_, answers_);
   }
   auto failures = comm::AllReduceStepStatus(comm_, local);
   absl::Status combined = failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
   if (combined.ok() && meta.ok() && meta->num_samples() > 0) {
-    auto tokens = greedy  ? sampler_.SampleGreedy(rows, argmax_ids_, argmax_values_)
-                  : plain ? sampler_.SampleGumbel(rows, gumbel_ids_, gumbel_scores_)
-                          : sampler_.Sample(rows, logits_.data());
+    auto tokens = SampleRows(rows, kinds);
     if (tokens.ok()) {
       result.tokens = std::move(tokens).value();
     } else {
@@ -80,6 +75,38 @@ StepResult ModelRunner::Execute(const StepPlan& plan) {
     result.tokens.clear();
   }
   return result;
+}
+
+absl::StatusOr<std::vector<SampledToken>> ModelRunner::SampleRows(
+    const std::vector<const ScheduledSequence*>& rows,
+    const std::vector<model::Mamba2Model::RowSampling>& kinds) {
+  using Kind = model::Mamba2Model::RowSampling;
+  std::vector<SampledToken> tokens(rows.size());
+  // One collective sampler call per kind present, in a fixed order (every rank has the
+  // same kinds); each row's token lands at its own index.
+  for (const Kind kind : {Kind::kArgmax, Kind::kGumbel, Kind::kHost}) {
+    std::vector<const ScheduledSequence*> part;
+    std::vector<size_t> where;
+    std::vector<int32_t> ids;
+    std::vector<float> values;
+    std::vector<double> scores;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      if (kinds[r] != kind) continue;
+      part.push_back(rows[r]);
+      where.push_back(r);
+      ids.push_back(answers_.ids[r]);
+      values.push_back(answers_.values[r]);
+      scores.push_back(answers_.scores[r]);
+    }
+    if (part.empty()) continue;
+    absl::StatusOr<std::vector<SampledToken>> got =
+        kind == Kind::kArgmax   ? sampler_.SampleGreedy(part, ids, values)
+        : kind == Kind::kGumbel ? sampler_.SampleGumbel(part, ids, scores)
+                                : sampler_.Sample(part, answers_.host_logits.data());
+    COIL_RETURN_IF_ERROR(got.status());
+    for (size_t i = 0; i < where.size(); ++i) tokens[where[i]] = std::move((*got)[i]);
+  }
+  return tokens;
 }
 
 absl::StatusOr<std::vector<float>> ModelRunner::ExecuteAllLogits(const StepPlan& plan) {

@@ -50,16 +50,17 @@ class ModelRunner {
   comm::Communicator& comm_;
   StatePool pool_;
   Sampler sampler_;
-  std::vector<float> logits_;  // this rank's columns of the sampled rows, reused per step
-  // Greedy steps: this rank's argmax of each sampled row (Mamba2Model::ForwardArgmax).
-  std::vector<int32_t> argmax_ids_;
-  std::vector<float> argmax_values_;
-  // Plain temperature steps: each row's parameters and this rank's Gumbel-max
-  // (Mamba2Model::ForwardGumbel).
+  // The sampler's calls for a step's rows, one per kind present, tokens in row order.
+  absl::StatusOr<std::vector<SampledToken>> SampleRows(
+      const std::vector<const ScheduledSequence*>& rows,
+      const std::vector<model::Mamba2Model::RowSampling>& kinds);
+
+  // Per step, reused: each sampled row's Gumbel parameters, and what the model answered
+  // for the rows (Mamba2Model::ForwardRows).
   std::vector<float> gumbel_temperatures_;
   std::vector<uint64_t> gumbel_seeds_;
-  std::vector<int32_t> gumbel_steps_, gumbel_ids_;
-  std::vector<double> gumbel_scores_;
+  std::vector<int32_t> gumbel_steps_;
+  model::Mamba2Model::RowAnswers answers_;
 };
 
 }  // namespace coil

@@ -593,92 +593,127 @@ absl::StatusOr<int32_t> Mamba2Model::FirstNonNanId(int64_t r, int64_t width,
   return -1;
 }
 
-absl::Status Mamba2Model::ForwardArgmax(const StepMetadata& meta, StatePool& pool,
-                                        std::vector<int32_t>& ids, std::vector<float>& values) {
-  ids.clear();
-  values.clear();
+absl::Status Mamba2Model::ForwardRows(const StepMetadata& meta, StatePool& pool,
+                                      const std::vector<RowSampling>& kinds,
+                                      const std::vector<float>& temperatures,
+                                      const std::vector<uint64_t>& seeds,
+                                      const std::vector<int32_t>& steps, RowAnswers& out) {
+  out.host_logits.clear();
+  out.ids.clear();
+  out.values.clear();
+  out.scores.clear();
   if (meta.num_tokens() == 0) return absl::OkStatus();
   COIL_ASSIGN_OR_RETURN(const int64_t sampled, RunStep(meta, pool, /*all_rows=*/false));
-  ids.assign(static_cast<size_t>(sampled), -1);
-  values.assign(static_cast<size_t>(sampled), -std::numeric_limits<float>::infinity());
+  if (kinds.size() != static_cast<size_t>(sampled)) {
+    return absl::InternalError(
+        absl::StrCat("the step samples ", sampled, " rows but got ", kinds.size(), " kinds"));
+  }
+  const auto count = [&](RowSampling kind) { return std::count(kinds.begin(), kinds.end(), kind); };
+  const int64_t host_rows = count(RowSampling::kHost);
   const int64_t width = layout_.vocab.size();
+  out.ids.assign(static_cast<size_t>(sampled), -1);
+  out.values.assign(static_cast<size_t>(sampled), -std::numeric_limits<float>::infinity());
+  out.scores.assign(static_cast<size_t>(sampled), -std::numeric_limits<double>::infinity());
+  out.host_logits.resize(static_cast<size_t>(host_rows * width));
+  const float* const logits = static_cast<const float*>(logits_.data());
+  if (sampled == 0) return absl::OkStatus();
+  if (host_rows == sampled) {  // one copy of the whole block
+    return backend_.CopyToHost(out.host_logits.data(), logits, out.host_logits.size() * 4);
+  }
+  for (int64_t r = 0, h = 0; r < sampled; ++r) {  // the host rows' logits, one row each
+    if (kinds[r] != RowSampling::kHost) continue;
+    COIL_RETURN_IF_ERROR(backend_.CopyToHost(&out.host_logits[h++ * width], logits + r * width,
+                                             static_cast<size_t>(width) * 4));
+  }
   // Padded vocabulary ids (>= vocab_size) are never chosen: only the real columns.
   const int64_t valid = std::clamp<int64_t>(config_.vocab_size - layout_.vocab.begin, 0, width);
-  if (sampled == 0 || valid == 0) return absl::OkStatus();
+  if (valid == 0) return absl::OkStatus();
+  // The device answers are taken over every sampled row (a pass over the logits either
+  // way) and kept for the rows of their kind.
+  if (count(RowSampling::kArgmax) > 0) COIL_RETURN_IF_ERROR(DeviceArgmax(sampled, kinds, valid, out));
+  if (count(RowSampling::kGumbel) > 0) {
+    COIL_RETURN_IF_ERROR(DeviceGumbel(sampled, kinds, valid, temperatures, seeds, steps, out));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mamba2Model::DeviceArgmax(int64_t sampled, const std::vector<RowSampling>& kinds,
+                                       int64_t valid, RowAnswers& out) {
   const Device device = backend_.device();
+  const int64_t width = layout_.vocab.size();
   const Tensor logits(logits_.data(), ::coil::DType::kF32, {sampled, width}, device);
   int32_t* const out_ids = static_cast<int32_t*>(argmax_.data());
   float* const out_values = reinterpret_cast<float*>(out_ids + sampled);
   COIL_RETURN_IF_ERROR(backend_.Argmax(logits.Columns(0, valid),
                                        Tensor(out_ids, ::coil::DType::kI32, {sampled}, device),
                                        Tensor(out_values, ::coil::DType::kF32, {sampled}, device)));
+  std::vector<int32_t> ids(static_cast<size_t>(sampled));
+  std::vector<float> values(static_cast<size_t>(sampled));
   COIL_RETURN_IF_ERROR(backend_.CopyToHost(ids.data(), out_ids, static_cast<size_t>(sampled) * 4));
   COIL_RETURN_IF_ERROR(
       backend_.CopyToHost(values.data(), out_values, static_cast<size_t>(sampled) * 4));
   for (int64_t r = 0; r < sampled; ++r) {
+    if (kinds[r] != RowSampling::kArgmax) continue;
+    out.values[r] = values[r];
     if (values[r] != -std::numeric_limits<float>::infinity()) {
-      ids[r] += static_cast<int32_t>(layout_.vocab.begin);
+      out.ids[r] = ids[r] + static_cast<int32_t>(layout_.vocab.begin);
       continue;
     }
     // No value above -inf: Argmax answers index 0, but the greedy rule takes the first
     // non-NaN column (a -inf), or nothing when every column is NaN.
-    COIL_ASSIGN_OR_RETURN(ids[r], FirstNonNanId(r, width, valid));
+    COIL_ASSIGN_OR_RETURN(out.ids[r], FirstNonNanId(r, width, valid));
   }
   return absl::OkStatus();
 }
 
-absl::Status Mamba2Model::ForwardGumbel(const StepMetadata& meta, StatePool& pool,
-                                        const std::vector<float>& temperatures,
-                                        const std::vector<uint64_t>& seeds,
-                                        const std::vector<int32_t>& steps,
-                                        std::vector<int32_t>& ids, std::vector<double>& scores) {
-  ids.clear();
-  scores.clear();
-  if (meta.num_tokens() == 0) return absl::OkStatus();
-  COIL_ASSIGN_OR_RETURN(const int64_t sampled, RunStep(meta, pool, /*all_rows=*/false));
+absl::Status Mamba2Model::DeviceGumbel(int64_t sampled, const std::vector<RowSampling>& kinds,
+                                       int64_t valid, const std::vector<float>& temperatures,
+                                       const std::vector<uint64_t>& seeds,
+                                       const std::vector<int32_t>& steps, RowAnswers& out) {
   if (temperatures.size() != static_cast<size_t>(sampled) || seeds.size() != temperatures.size() ||
       steps.size() != temperatures.size()) {
     return absl::InternalError(absl::StrCat("gumbel sampling got ", temperatures.size(),
                                             " temperatures, ", seeds.size(), " seeds and ",
                                             steps.size(), " steps for ", sampled, " rows"));
   }
-  ids.assign(static_cast<size_t>(sampled), -1);
-  scores.assign(static_cast<size_t>(sampled), -std::numeric_limits<double>::infinity());
   const int64_t width = layout_.vocab.size();
-  const int64_t valid = std::clamp<int64_t>(config_.vocab_size - layout_.vocab.begin, 0, width);
-  if (sampled == 0 || valid == 0) return absl::OkStatus();
-  // The parameters, in the buffer's order: temperatures, seed words, steps.
+  // The parameters, in the buffer's order: temperatures, seed words, steps. Rows of other
+  // kinds get a valid placeholder (temperature 1); their answers are dropped.
   std::vector<int32_t> params(static_cast<size_t>(sampled) * 4);
   for (int64_t r = 0; r < sampled; ++r) {
-    std::memcpy(&params[r], &temperatures[r], 4);
-    params[sampled + 2 * r] = static_cast<int32_t>(static_cast<uint32_t>(seeds[r]));
-    params[sampled + 2 * r + 1] = static_cast<int32_t>(static_cast<uint32_t>(seeds[r] >> 32));
-    params[3 * sampled + r] = steps[r];
+    const bool gumbel = kinds[r] == RowSampling::kGumbel;
+    const float temperature = gumbel ? temperatures[r] : 1.0f;
+    const uint64_t seed = gumbel ? seeds[r] : 0;
+    std::memcpy(&params[r], &temperature, 4);
+    params[sampled + 2 * r] = static_cast<int32_t>(static_cast<uint32_t>(seed));
+    params[sampled + 2 * r + 1] = static_cast<int32_t>(static_cast<uint32_t>(seed >> 32));
+    params[3 * sampled + r] = gumbel ? steps[r] : 0;
   }
   int32_t* const base = static_cast<int32_t*>(gumbel_.data());
   COIL_RETURN_IF_ERROR(backend_.CopyFromHost(base, params.data(), params.size() * 4));
   const Device device = backend_.device();
   const Tensor logits(logits_.data(), ::coil::DType::kF32, {sampled, width}, device);
-  int32_t* const out = base + 4 * sampled;  // ids, then score words
+  int32_t* const answer = base + 4 * sampled;  // ids, then score words
   COIL_RETURN_IF_ERROR(backend_.GumbelArgmax(
       logits.Columns(0, valid), Tensor(base, ::coil::DType::kF32, {sampled}, device),
       Tensor(base + sampled, ::coil::DType::kI32, {sampled, 2}, device),
       Tensor(base + 3 * sampled, ::coil::DType::kI32, {sampled}, device), layout_.vocab.begin,
-      Tensor(out, ::coil::DType::kI32, {sampled}, device),
-      Tensor(out + sampled, ::coil::DType::kI32, {sampled, 2}, device)));
+      Tensor(answer, ::coil::DType::kI32, {sampled}, device),
+      Tensor(answer + sampled, ::coil::DType::kI32, {sampled, 2}, device)));
   std::vector<int32_t> result(static_cast<size_t>(sampled) * 3);
-  COIL_RETURN_IF_ERROR(backend_.CopyToHost(result.data(), out, result.size() * 4));
+  COIL_RETURN_IF_ERROR(backend_.CopyToHost(result.data(), answer, result.size() * 4));
   for (int64_t r = 0; r < sampled; ++r) {
+    if (kinds[r] != RowSampling::kGumbel) continue;
     const uint64_t bits = static_cast<uint64_t>(static_cast<uint32_t>(result[sampled + 2 * r])) |
                           (static_cast<uint64_t>(static_cast<uint32_t>(result[sampled + 2 * r + 1])) << 32);
-    std::memcpy(&scores[r], &bits, sizeof(double));
-    if (scores[r] != -std::numeric_limits<double>::infinity()) {
-      ids[r] = result[r] + static_cast<int32_t>(layout_.vocab.begin);
+    std::memcpy(&out.scores[r], &bits, sizeof(double));
+    if (out.scores[r] != -std::numeric_limits<double>::infinity()) {
+      out.ids[r] = result[r] + static_cast<int32_t>(layout_.vocab.begin);
       continue;
     }
     // No score above -inf: the host sampler's scan keeps the first non-NaN column (a -inf
     // score), or nothing when every column is NaN.
-    COIL_ASSIGN_OR_RETURN(ids[r], FirstNonNanId(r, width, valid));
+    COIL_ASSIGN_OR_RETURN(out.ids[r], FirstNonNanId(r, width, valid));
   }
   return absl::OkStatus();
 }

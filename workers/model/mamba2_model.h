@@ -85,25 +85,34 @@ class Mamba2Model {
   absl::Status Forward(const StepMetadata& meta, StatePool& pool, bool all_rows,
                        std::vector<float>& logits);
 
-  // Runs the step like Forward, but keeps the logits on the device and returns, per
-  // sampled row, the argmax over this rank's real-vocabulary columns (ids below
-  // config().vocab_size): the global id (lowest among equal maxima, NaN never chosen) and
-  // its value, or id -1 where this rank holds no real column or the row has no non-NaN
-  // value. What greedy sampling merges across ranks; only [rows] pairs leave the device.
-  absl::Status ForwardArgmax(const StepMetadata& meta, StatePool& pool,
-                             std::vector<int32_t>& ids, std::vector<float>& values);
+  // Device answers (ForwardRows): per sampled row, the argmax over this rank's
+  // real-vocabulary columns (ids below config().vocab_size), the global id (lowest among
+  // equal maxima, NaN never chosen) and its value; or the Gumbel-max (Backend::GumbelArgmax
+  // with the row's temperature, seed and step), the global id and its f64 score. Id -1
+  // where this rank holds no real column or the row has no non-NaN value (a row of -inf
+  // gives its first non-NaN id and -inf). What greedy and plain temperature sampling merge
+  // across ranks; only [rows] pairs leave the device. The Gumbel parameters are uploaded
+  // after the step (a decode graph replays unchanged).
+  // How one sampled row's token is taken: from its logits on the host, or from this rank's
+  // device argmax (greedy) or Gumbel-max (plain temperature) answer.
+  enum class RowSampling : uint8_t { kHost, kArgmax, kGumbel };
+  // What ForwardRows hands the sampler, per sampled row r (kinds[r] says which fields).
+  struct RowAnswers {
+    std::vector<float> host_logits;  // [kHost rows, this rank's width], in row order
+    std::vector<int32_t> ids;        // kArgmax, kGumbel: the global id, or -1 (none here)
+    std::vector<float> values;       // kArgmax: the value
+    std::vector<double> scores;      // kGumbel: the f64 score
+  };
 
-  // Runs the step like ForwardArgmax, but per sampled row r takes the Gumbel-max over this
-  // rank's real-vocabulary columns (Backend::GumbelArgmax with temperatures[r], seeds[r],
-  // steps[r]): the global id and its f64 score, or id -1 where this rank holds no real
-  // column or the row has no non-NaN value (a row of -inf gives its first non-NaN id and
-  // -inf). What plain temperature sampling merges across ranks. The parameters are uploaded
-  // after the step (a decode graph replays unchanged); only [rows] pairs leave the device.
-  absl::Status ForwardGumbel(const StepMetadata& meta, StatePool& pool,
-                             const std::vector<float>& temperatures,
-                             const std::vector<uint64_t>& seeds,
-                             const std::vector<int32_t>& steps, std::vector<int32_t>& ids,
-                             std::vector<double>& scores);
+  // Runs the step like Forward, then answers each sampled row as kinds[r] says: the device
+  // argmax or Gumbel-max above (temperatures, seeds and steps are read for kGumbel rows
+  // only), and only the kHost rows' logits come to the host. A step mixing greedy, plain
+  // and other rows thus copies the others' rows alone.
+  absl::Status ForwardRows(const StepMetadata& meta, StatePool& pool,
+                           const std::vector<RowSampling>& kinds,
+                           const std::vector<float>& temperatures,
+                           const std::vector<uint64_t>& seeds, const std::vector<int32_t>& steps,
+                           RowAnswers& out);
 
   // Whether decode-only steps are padded to a bucket and replayed as graphs (the backend
   // and communicator allow it and LoadOptions::cuda_graphs is set). The same on every rank.
@@ -116,6 +125,13 @@ class Mamba2Model {
   // The global id of the first non-NaN column among the `valid` real ones of sampled row
   // `r` of the logits buffer (rows `width` wide), or -1 when all are NaN.
   absl::StatusOr<int32_t> FirstNonNanId(int64_t r, int64_t width, int64_t valid);
+  // ForwardRows' device answers, over every sampled row, kept for the rows of their kind.
+  absl::Status DeviceArgmax(int64_t sampled, const std::vector<RowSampling>& kinds,
+                            int64_t valid, RowAnswers& out);
+  absl::Status DeviceGumbel(int64_t sampled, const std::vector<RowSampling>& kinds,
+                            int64_t valid, const std::vector<float>& temperatures,
+                            const std::vector<uint64_t>& seeds, const std::vector<int32_t>& steps,
+                            RowAnswers& out);
 
   struct Layer {
     Tensor norm;         // f32 [D]

@@ -285,6 +285,51 @@ TEST(GumbelDevicePathTest, SameTokensAsTheHostSampler) {
   EXPECT_GT(differs_from_argmax, 0);
 }
 
+// A step mixing every kind of row: greedy and plain temperature rows take the device
+// answers, the others (top_k, top_p, min_p, penalties, logprobs) their own logits on the
+// host, each kind in its own sampler call. Tokens and logprobs must be the host sampler's
+// over the whole step, in row order, step after step.
+TEST(MixedStepTest, EachRowTakesItsOwnPathWithTheHostSamplersTokens) {
+  std::unique_ptr<LoadedModel> device = LoadTiny("mixed_device", 8);
+  std::unique_ptr<LoadedModel> host = LoadTiny("mixed_host", 8);
+  const int32_t vocab = static_cast<int32_t>(device->model->config().vocab_size);
+  constexpr int kRows = 7;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<ScheduledSequence> runs;
+  for (int i = 0; i < kRows; ++i) {
+    prompts.push_back(TokensBelow(vocab, 2 + 3 * i, 130 + i));
+    runs.push_back(RunOf(i, i, prompts[i], 0, static_cast<int32_t>(prompts[i].size())));
+  }
+  auto configure = [](ScheduledSequence& run, int step) {
+    SamplingParams& s = run.sampling;
+    s.seed = 0x51ed270b27a1f2c3ull * (run.request_id + 3);
+    run.rng_step = step;
+    switch (run.request_id) {
+      case 0: break;                                        // greedy
+      case 1: s.temperature = 0.9f; break;                  // plain temperature
+      case 2: s.temperature = 1.3f; s.top_p = 0.8f; break;  // nucleus
+      case 3: s.temperature = 0.7f; s.top_k = 5; break;
+      case 4: s.repetition_penalty = 1.3f; break;           // greedy with a penalty
+      case 5: s.temperature = 2.0f; break;                  // plain temperature
+      default: s.temperature = 1.0f; s.min_p = 0.05f; s.top_logprobs = 2; break;
+    }
+  };
+  for (int step = 0; step < 4; ++step) {
+    for (ScheduledSequence& run : runs) configure(run, step);
+    const StepPlan plan = PlanOf(runs, static_cast<uint64_t>(step + 1));
+    const StepResult result = device->runner->Execute(plan);
+    ASSERT_TRUE(result.ok) << result.error;
+    const HostStep expected = StepOnHost(*host, plan);
+    ASSERT_FALSE(Sampler::AllGreedy(expected.rows));
+    ASSERT_FALSE(Sampler::AllPlainTemperature(expected.rows));
+    for (size_t r = 0; r < result.tokens.size() && r < expected.tokens.size(); ++r) {
+      EXPECT_EQ(result.tokens[r].logprob, expected.tokens[r].logprob) << "row " << r;
+      ASSERT_EQ(result.tokens[r].top_logprobs.size(), expected.tokens[r].top_logprobs.size());
+    }
+    runs = CompareAndDecode(result, expected, vocab, step, prompts);
+  }
+}
+
 TEST(GreedyDevicePathTest, OnlyStepsWhoseRowsAreAllPlainGreedyQualify) {
   ScheduledSequence greedy, random, penalised, logprobs;
   random.sampling.temperature = 0.7f;
@@ -300,7 +345,7 @@ TEST(GreedyDevicePathTest, OnlyStepsWhoseRowsAreAllPlainGreedyQualify) {
 
 // SampleGreedy against Sample on hand-made logits: ties, a padded id holding the largest
 // value, negative values. The per-rank argmax comes from the CPU backend's Argmax over the
-// real columns, as Mamba2Model::ForwardArgmax takes it.
+// real columns, as Mamba2Model::ForwardRows takes it.
 TEST(GreedyDevicePathTest, SampleGreedyAgreesWithSampleOnTiesAndPaddedIds) {
   constexpr int32_t kVocab = 13, kPadded = 16, kRows = 3;
   std::vector<float> logits(kRows * kPadded, 0.0f);
