@@ -620,11 +620,7 @@ absl::Status Mamba2Model::ForwardRows(const StepMetadata& meta, StatePool& pool,
   if (host_rows == sampled) {  // one copy of the whole block
     return backend_.CopyToHost(out.host_logits.data(), logits, out.host_logits.size() * 4);
   }
-  for (int64_t r = 0, h = 0; r < sampled; ++r) {  // the host rows' logits, one row each
-    if (kinds[r] != RowSampling::kHost) continue;
-    COIL_RETURN_IF_ERROR(backend_.CopyToHost(&out.host_logits[h++ * width], logits + r * width,
-                                             static_cast<size_t>(width) * 4));
-  }
+  if (host_rows > 0) COIL_RETURN_IF_ERROR(GatherHostRows(sampled, kinds, host_rows, out));
   // Padded vocabulary ids (>= vocab_size) are never chosen: only the real columns.
   const int64_t valid = std::clamp<int64_t>(config_.vocab_size - layout_.vocab.begin, 0, width);
   if (valid == 0) return absl::OkStatus();
@@ -635,6 +631,34 @@ absl::Status Mamba2Model::ForwardRows(const StepMetadata& meta, StatePool& pool,
     COIL_RETURN_IF_ERROR(DeviceGumbel(sampled, kinds, valid, temperatures, seeds, steps, out));
   }
   return absl::OkStatus();
+}
+
+absl::Status Mamba2Model::GatherHostRows(int64_t sampled, const std::vector<RowSampling>& kinds,
+                                         int64_t host_rows, RowAnswers& out) {
+  // The rows are gathered on the device (Embedding over the logits as a table: an exact
+  // copy of f32 rows) and come back in one copy, however they interleave with the others.
+  const int64_t width = layout_.vocab.size();
+  const int64_t index_floats = (host_rows + 15) / 16 * 16;  // keeps the rows 64-byte aligned
+  if (host_rows > gather_rows_) {
+    const int64_t rows = std::max(host_rows, 2 * gather_rows_);
+    COIL_ASSIGN_OR_RETURN(gather_, backend_.Allocate(static_cast<size_t>(
+                                       ((rows + 15) / 16 * 16 + rows * width) * 4)));
+    gather_rows_ = rows;
+  }
+  std::vector<int32_t> indices;
+  indices.reserve(static_cast<size_t>(host_rows));
+  for (int64_t r = 0; r < sampled; ++r) {
+    if (kinds[r] == RowSampling::kHost) indices.push_back(static_cast<int32_t>(r));
+  }
+  int32_t* const ids = static_cast<int32_t*>(gather_.data());
+  float* const rows = static_cast<float*>(gather_.data()) + index_floats;
+  COIL_RETURN_IF_ERROR(backend_.CopyFromHost(ids, indices.data(), indices.size() * 4));
+  const Device device = backend_.device();
+  COIL_RETURN_IF_ERROR(backend_.Embedding(
+      Tensor(ids, ::coil::DType::kI32, {host_rows}, device),
+      Tensor(logits_.data(), ::coil::DType::kF32, {sampled, width}, device), 0,
+      Tensor(rows, ::coil::DType::kF32, {host_rows, width}, device)));
+  return backend_.CopyToHost(out.host_logits.data(), rows, out.host_logits.size() * 4);
 }
 
 absl::Status Mamba2Model::DeviceArgmax(int64_t sampled, const std::vector<RowSampling>& kinds,

@@ -125,6 +125,9 @@ class Mamba2Model {
   // The global id of the first non-NaN column among the `valid` real ones of sampled row
   // `r` of the logits buffer (rows `width` wide), or -1 when all are NaN.
   absl::StatusOr<int32_t> FirstNonNanId(int64_t r, int64_t width, int64_t valid);
+  // ForwardRows' host rows' logits, gathered on the device into gather_ and copied at once.
+  absl::Status GatherHostRows(int64_t sampled, const std::vector<RowSampling>& kinds,
+                              int64_t host_rows, RowAnswers& out);
   // ForwardRows' device answers, over every sampled row, kept for the rows of their kind.
   absl::Status DeviceArgmax(int64_t sampled, const std::vector<RowSampling>& kinds,
                             int64_t valid, RowAnswers& out);
@@ -211,6 +214,10 @@ class Mamba2Model {
   // norms before them (in turn: the one buffer serves both), so the matmuls convert nothing.
   Buffer rows16_;
   Buffer meta_;  // the step's packed metadata (PackStepMetadata), token ids first
+  // ForwardRows' gather of the host rows' logits when other rows stay on the device:
+  // [rows] int32 row indices, then [rows, width] floats; grown as needed, never captured.
+  Buffer gather_;
+  int64_t gather_rows_ = 0;
   Buffer agree_;  // one float: the ranks' all-reduced count of failed scratch growths
   // Incremented whenever a scratch buffer is reallocated: graphs of older generations
   // hold freed addresses.
