@@ -237,7 +237,7 @@ if [[ -n $op_exe ]]; then
   timeout 120 "$op_exe" --device cuda --rows 1,256,2048 --repeats 50 > "$logs/op_bench.log" 2>&1
   status=$?
   timeout 60 "$op_exe" --device cuda --rows 16384 --repeats 50 \
-    --ops SsmScan,CausalConv1d,AddRmsNorm,GatedSumSquares,GatedNormApply \
+    --ops SsmScan,CausalConv1d,AddRmsNorm,GatedSumSquares,GatedNormApply,GatedRmsNorm \
     > "$logs/op_bench_16k.log" 2>&1
   status_16k=$?
   seconds=$(( $(date +%s) - start ))

@@ -903,6 +903,9 @@ std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode) {
     cases.push_back(std::make_unique<MatmulCase>(dt, rows, 768, 1536));
     cases.push_back(std::make_unique<MatmulCase>(dt, rows, 50288, 768));
   }
+  // What a bf16 model runs for in_proj and out_proj: the norms' bf16 rows, no conversion.
+  cases.push_back(std::make_unique<MatmulCase>(DType::kBF16, rows, 3352, 768, 0, 0, DType::kBF16));
+  cases.push_back(std::make_unique<MatmulCase>(DType::kBF16, rows, 768, 1536, 0, 0, DType::kBF16));
   cases.push_back(std::make_unique<EmbeddingCase>(DType::kBF16, rows, 50288, 768, 0));
   cases.push_back(std::make_unique<AddRmsNormCase>(rows, 768, true));
   const std::vector<int32_t> runs =
