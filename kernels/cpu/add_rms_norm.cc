@@ -41,11 +41,11 @@ void CpuAddRmsNorm(const CpuContext& ctx, const Tensor& x, const Tensor& weight,
   const bool bf16_out = out.dtype() == DType::kBF16;
   ctx.pool->ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
     // A bf16 out is the f32 row rounded: computed into `row`, then converted.
-    std::vector<float> row(bf16_out ? static_cast<size_t>(width) : 0);
+    float* const row = bf16_out ? RowScratch(width) : nullptr;
     for (int64_t t = begin; t < end; ++t) {
       const float* xr = x.empty() ? nullptr : RowF32(x, t);
       float* r = RowF32(residual, t);
-      float* o = bf16_out ? row.data() : RowF32(out, t);
+      float* o = bf16_out ? row : RowF32(out, t);
       if (ctx.use_ref) {
         double sum = 0.0;
         for (int64_t i = 0; i < width; ++i) {

@@ -5,6 +5,7 @@
 #define COIL_KERNELS_CPU_CPU_OPS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/thread_pool.h"
@@ -44,6 +45,14 @@ void CpuGumbelArgmax(const CpuContext& ctx, const Tensor& logits, const Tensor& 
 inline float* RowF32(const Tensor& t, int64_t row) { return t.data<float>() + row * t.stride(0); }
 inline uint16_t* RowBf16(const Tensor& t, int64_t row) {
   return t.data<uint16_t>() + row * t.stride(0);
+}
+
+// `floats` of this thread's scratch, valid until its next call on this thread (row ops
+// reuse it step after step instead of allocating).
+inline float* RowScratch(int64_t floats) {
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < static_cast<size_t>(floats)) scratch.resize(static_cast<size_t>(floats));
+  return scratch.data();
 }
 
 }  // namespace coil

@@ -95,9 +95,9 @@ void CpuGatedNormApply(const CpuContext& ctx, const Tensor& gated, const Tensor&
   const bool bf16_out = out.dtype() == DType::kBF16;
   ctx.pool->ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
     // A bf16 out is the f32 row rounded: computed into `row`, then converted.
-    std::vector<float> row(bf16_out ? static_cast<size_t>(width) : 0);
+    float* const row = bf16_out ? RowScratch(width) : nullptr;
     for (int64_t t = begin; t < end; ++t) {
-      float* o = bf16_out ? row.data() : RowF32(out, t);
+      float* o = bf16_out ? row : RowF32(out, t);
       ApplyRow(ctx.use_ref, RowF32(gated, t), RowF32(sumsq, t), weight.data<float>(), ngroups,
                group, group_size, eps, o);
       if (bf16_out) StoreBf16Row(o, out, t, width);
@@ -110,14 +110,15 @@ void CpuGatedRmsNorm(const CpuContext& ctx, const Tensor& y, const Tensor& z,
   const int64_t rows = y.dim(0), width = y.dim(1), group = width / ngroups;
   const bool bf16_out = out.dtype() == DType::kBF16;
   ctx.pool->ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
-    // The two halves' row functions on a private row: the same bits as the two ops.
-    std::vector<float> gated(static_cast<size_t>(width)), sums(static_cast<size_t>(ngroups));
-    std::vector<float> row(bf16_out ? static_cast<size_t>(width) : 0);
+    // The two halves' row functions on a private row (the same bits as the two ops), in
+    // per-thread scratch that decode steps reuse instead of allocating.
+    float* const gated = RowScratch(2 * width + ngroups);
+    float* const row = gated + width;
+    float* const sums = row + width;
     for (int64_t t = begin; t < end; ++t) {
-      GateRow(ctx.use_ref, RowF32(y, t), RowF32(z, t), gated.data(), sums.data(), ngroups, group);
-      float* o = bf16_out ? row.data() : RowF32(out, t);
-      ApplyRow(ctx.use_ref, gated.data(), sums.data(), weight.data<float>(), ngroups, group,
-               group, eps, o);
+      GateRow(ctx.use_ref, RowF32(y, t), RowF32(z, t), gated, sums, ngroups, group);
+      float* o = bf16_out ? row : RowF32(out, t);
+      ApplyRow(ctx.use_ref, gated, sums, weight.data<float>(), ngroups, group, group, eps, o);
       if (bf16_out) StoreBf16Row(o, out, t, width);
     }
   });
