@@ -14,6 +14,18 @@
 
 namespace coil::cuda {
 
+// Calls f(m, n, value) for every output of the tile (row m, column n within it), each from
+// the thread that holds it.
+template <typename Exec, typename Acc, typename F>
+COIL_HOST_DEVICE void ForEachTileOutput(Exec& ex, Acc& acc, F f) {
+  ex.Threads([&](int tid) {
+    const TileOutputs& o = acc.Out(tid);
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 4; ++j) f(tid / 16 + 16 * i, tid % 16 + 16 * j, o.v[i][j]);
+    }
+  });
+}
+
 // Phase 2a, grid (chunks * pairs_per_chunk, groups): the (t_tile, s_tile) tile of the
 // chunk's C B^T, cb[t, s] = C_t . B_s over d_state (lower-triangle tiles only; entries
 // above the diagonal inside a diagonal tile are written and never read).
@@ -36,17 +48,8 @@ COIL_HOST_DEVICE void ChunkCbBlock(Exec& ex, TileSmem<kBf16>& sm, const SsmScanP
       });
   acc.Finish();
   float* out = SsdCbBlock(w, chunk, group);
-  ex.Threads([&](int tid) {
-    const int tx = tid % 16, ty = tid / 16;
-    const TileOutputs& o = acc.Out(tid);
-    for (int i = 0; i < 4; ++i) {
-      const int32_t t = t0 + ty + 16 * i;
-      if (t >= len) continue;
-      for (int j = 0; j < 4; ++j) {
-        const int32_t s = s0 + tx + 16 * j;
-        if (s < len) out[static_cast<int64_t>(t) * len + s] = o.v[i][j];
-      }
-    }
+  ForEachTileOutput(ex, acc, [&](int m, int n, float v) {
+    if (t0 + m < len && s0 + n < len) out[static_cast<int64_t>(t0 + m) * len + s0 + n] = v;
   });
 }
 
@@ -68,17 +71,8 @@ COIL_HOST_DEVICE void ChunkStateBlock(Exec& ex, TileSmem<kBf16>& sm, const SsmSc
       [&](int32_t s, int col) { return n0 + col < N ? SsdB(p, chunk, group, s, n0 + col) : 0.0f; });
   acc.Finish();
   float* out = SsdChunkState(p, w, chunk_index, head);
-  ex.Threads([&](int tid) {
-    const int tx = tid % 16, ty = tid / 16;
-    const TileOutputs& o = acc.Out(tid);
-    for (int i = 0; i < 4; ++i) {
-      const int32_t pr = p0 + ty + 16 * i;
-      if (pr >= P) continue;
-      for (int j = 0; j < 4; ++j) {
-        const int32_t n = n0 + tx + 16 * j;
-        if (n < N) out[static_cast<int64_t>(pr) * N + n] = o.v[i][j];
-      }
-    }
+  ForEachTileOutput(ex, acc, [&](int m, int n, float v) {
+    if (p0 + m < P && n0 + n < N) out[static_cast<int64_t>(p0 + m) * N + n0 + n] = v;
   });
 }
 
@@ -118,18 +112,9 @@ COIL_HOST_DEVICE void ChunkScanBlock(Exec& ex, TileSmem<kBf16>& sm, const SsmSca
       [&](int32_t s, int col) { return p0 + col < P ? SsdX(p, chunk, head, s, p0 + col) : 0.0f; });
   acc.Finish();
   const float dh = p.d[head];
-  ex.Threads([&](int tid) {
-    const int tx = tid % 16, ty = tid / 16;
-    const TileOutputs& o = acc.Out(tid);
-    for (int i = 0; i < 4; ++i) {
-      const int32_t t = t0 + ty + 16 * i;
-      if (t >= len) continue;
-      float* y_row = SsdY(p, chunk, head, t);
-      for (int j = 0; j < 4; ++j) {
-        const int32_t col = p0 + tx + 16 * j;
-        if (col < P) y_row[col] = o.v[i][j] + dh * SsdX(p, chunk, head, t, col);
-      }
-    }
+  ForEachTileOutput(ex, acc, [&](int m, int n, float v) {
+    const int32_t t = t0 + m, col = p0 + n;
+    if (t < len && col < P) SsdY(p, chunk, head, t)[col] = v + dh * SsdX(p, chunk, head, t, col);
   });
 }
 

@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kCumsumWarps * 32)
 // The block bodies are ssd_blocks.h's, shared with the host emulation. The bf16 forms ask
 // for 2 (C B^T) or 3 (states, scan) resident blocks per SM: their time goes into staging
 // loads, and more blocks keep more of them in flight (ptxas, sm_90: 109-124 registers at
-// 2, 80 at 3 with at most 20 bytes of spill in the chunk scan and none in the states).
+// 2, 80 at 3 with at most 16-20 bytes of spill on sm_90).
 template <bool kBf16>
 __global__ void __launch_bounds__(kGemmThreads, kBf16 ? 2 : 1)
     ChunkCbKernel(SsmScanParams p, SsdScratch w, int32_t pairs_per_chunk) {

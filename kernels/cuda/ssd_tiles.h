@@ -207,6 +207,28 @@ struct DeviceExec {
 
 // ---------------------------------------------------------------- the accumulator
 
+// Thread tid's share of one stage: kSsdTile x kDepth elements of each operand, k from k0
+// (0 past k_count), handed to put_a(k, m, value) and put_b(k, n, value). Consecutive
+// threads take consecutive addresses along the operand's contiguous index.
+template <int kDepth, bool kAAlongK, bool kBAlongK, typename LoadA, typename LoadB,
+          typename PutA, typename PutB>
+COIL_HOST_DEVICE inline void StageOperands(int tid, int32_t k0, int32_t k_count, LoadA& load_a,
+                                           LoadB& load_b, PutA put_a, PutB put_b) {
+  constexpr int kLoads = kSsdTile * kDepth / kSsdTileThreads;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < kLoads; ++i) {
+    const int e = tid + i * kSsdTileThreads;
+    const int am = kAAlongK ? e / kDepth : e % kSsdTile;
+    const int ak = kAAlongK ? e % kDepth : e / kSsdTile;
+    put_a(ak, am, k0 + ak < k_count ? load_a(am, k0 + ak) : 0.0f);
+    const int bn = kBAlongK ? e / kDepth : e % kSsdTile;
+    const int bk = kBAlongK ? e % kDepth : e / kSsdTile;
+    put_b(bk, bn, k0 + bk < k_count ? load_b(k0 + bk, bn) : 0.0f);
+  }
+}
+
 template <bool kBf16, typename Exec>
 class TileAccumulator;
 
@@ -224,21 +246,11 @@ class TileAccumulator<false, Exec> {
   template <bool kAAlongK, bool kBAlongK, typename LoadA, typename LoadB>
   COIL_HOST_DEVICE void Add(int32_t k_count, LoadA load_a, LoadB load_b) {
     constexpr int kDepth = TileSmem<false>::kDepth;
-    constexpr int kLoads = kSsdTile * kDepth / kSsdTileThreads;  // 4
     for (int32_t k0 = 0; k0 < k_count; k0 += kDepth) {
       ex_.Threads([&](int tid) {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-        for (int i = 0; i < kLoads; ++i) {
-          const int e = tid + i * kSsdTileThreads;
-          const int am = kAAlongK ? e / kDepth : e % kSsdTile;
-          const int ak = kAAlongK ? e % kDepth : e / kSsdTile;
-          sm_.a[ak][am] = k0 + ak < k_count ? load_a(am, k0 + ak) : 0.0f;
-          const int bn = kBAlongK ? e / kDepth : e % kSsdTile;
-          const int bk = kBAlongK ? e % kDepth : e / kSsdTile;
-          sm_.b[bk][bn] = k0 + bk < k_count ? load_b(k0 + bk, bn) : 0.0f;
-        }
+        StageOperands<kDepth, kAAlongK, kBAlongK>(
+            tid, k0, k_count, load_a, load_b, [&](int k, int m, float v) { sm_.a[k][m] = v; },
+            [&](int k, int n, float v) { sm_.b[k][n] = v; });
       });
       ex_.Sync();
       ex_.Threads([&](int tid) {
@@ -284,23 +296,14 @@ class TileAccumulator<true, Exec> {
   template <bool kAAlongK, bool kBAlongK, typename LoadA, typename LoadB>
   COIL_HOST_DEVICE void Add(int32_t k_count, LoadA load_a, LoadB load_b) {
     constexpr int kDepth = Smem::kDepth, kLd = Smem::kLd;
-    constexpr int kLoads = kSsdTile * kDepth / kSsdTileThreads;  // 8
     for (int32_t k0 = 0; k0 < k_count; k0 += kDepth) {
       ex_.Threads([&](int tid) {
         uint16_t* a = sm_.a();
         uint16_t* b = sm_.b();
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-        for (int i = 0; i < kLoads; ++i) {
-          const int e = tid + i * kSsdTileThreads;
-          const int am = kAAlongK ? e / kDepth : e % kSsdTile;
-          const int ak = kAAlongK ? e % kDepth : e / kSsdTile;
-          a[ak * kLd + am] = Bf16BitsOf(k0 + ak < k_count ? load_a(am, k0 + ak) : 0.0f);
-          const int bn = kBAlongK ? e / kDepth : e % kSsdTile;
-          const int bk = kBAlongK ? e % kDepth : e / kSsdTile;
-          b[bk * kLd + bn] = Bf16BitsOf(k0 + bk < k_count ? load_b(k0 + bk, bn) : 0.0f);
-        }
+        StageOperands<kDepth, kAAlongK, kBAlongK>(
+            tid, k0, k_count, load_a, load_b,
+            [&](int k, int m, float v) { a[k * kLd + m] = Bf16BitsOf(v); },
+            [&](int k, int n, float v) { b[k * kLd + n] = Bf16BitsOf(v); });
       });
       ex_.Sync();
       ex_.Warps([&](int warp) {
