@@ -15,11 +15,6 @@
 namespace coil::cuda {
 namespace {
 
-__device__ __forceinline__ void StoreOut(float* out, float v) { *out = v; }
-__device__ __forceinline__ void StoreOut(__nv_bfloat16* out, float v) {
-  *out = __float2bfloat16_rn(v);
-}
-
 // No __restrict__ on x and out: they may alias.
 template <typename OutT>
 __global__ void AddRmsNormKernel(const float* x, int64_t x_stride, const float* weight, float eps,
@@ -52,15 +47,11 @@ absl::Status LaunchAddRmsNorm(const CudaContext& ctx, const Tensor& x, const Ten
   if (rows == 0) return absl::OkStatus();
   const float* x_data = x.empty() ? nullptr : x.data<float>();
   const int64_t x_stride = x.empty() ? 0 : x.stride(0);
-  if (out.dtype() == DType::kBF16) {
+  WithOutPointer(out, [&](auto* o) {
     AddRmsNormKernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
         x_data, x_stride, weight.data<float>(), eps, residual.data<float>(), residual.stride(0),
-        static_cast<__nv_bfloat16*>(out.raw()), out.stride(0), rows, width);
-  } else {
-    AddRmsNormKernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
-        x_data, x_stride, weight.data<float>(), eps, residual.data<float>(), residual.stride(0),
-        out.data<float>(), out.stride(0), rows, width);
-  }
+        o, out.stride(0), rows, width);
+  });
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -52,11 +52,6 @@ __global__ void GatedSumSquaresKernel(const float* y, int64_t y_stride, const fl
   }
 }
 
-__device__ __forceinline__ void StoreOut(float* out, float v) { *out = v; }
-__device__ __forceinline__ void StoreOut(__nv_bfloat16* out, float v) {
-  *out = __float2bfloat16_rn(v);
-}
-
 // No __restrict__ on gated and out: they may alias.
 template <typename OutT>
 __global__ void GatedNormApplyKernel(const float* gated, int64_t gated_stride,
@@ -109,15 +104,11 @@ absl::Status LaunchGatedRmsNorm(const CudaContext& ctx, const Tensor& y, const T
                                 const Tensor& out) {
   const int64_t rows = y.dim(0), width = y.dim(1);
   if (rows == 0) return absl::OkStatus();
-  if (out.dtype() == DType::kBF16) {
+  WithOutPointer(out, [&](auto* o) {
     GatedRmsNormKernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
-        y.data<float>(), y.stride(0), z.data<float>(), z.stride(0), weight.data<float>(), eps,
-        static_cast<__nv_bfloat16*>(out.raw()), out.stride(0), rows, ngroups, width / ngroups);
-  } else {
-    GatedRmsNormKernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
-        y.data<float>(), y.stride(0), z.data<float>(), z.stride(0), weight.data<float>(), eps,
-        out.data<float>(), out.stride(0), rows, ngroups, width / ngroups);
-  }
+        y.data<float>(), y.stride(0), z.data<float>(), z.stride(0), weight.data<float>(), eps, o,
+        out.stride(0), rows, ngroups, width / ngroups);
+  });
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -139,17 +130,12 @@ absl::Status LaunchGatedNormApply(const CudaContext& ctx, const Tensor& gated, c
   const int64_t rows = gated.dim(0), width = gated.dim(1);
   if (rows == 0) return absl::OkStatus();
   // The CPU divides by static_cast<float>(group_size): the same float here.
-  if (out.dtype() == DType::kBF16) {
+  WithOutPointer(out, [&](auto* o) {
     GatedNormApplyKernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
         gated.data<float>(), gated.stride(0), sumsq.data<float>(), sumsq.stride(0),
-        weight.data<float>(), static_cast<float>(group_size), eps,
-        static_cast<__nv_bfloat16*>(out.raw()), out.stride(0), rows, width, width / sumsq.dim(1));
-  } else {
-    GatedNormApplyKernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
-        gated.data<float>(), gated.stride(0), sumsq.data<float>(), sumsq.stride(0),
-        weight.data<float>(), static_cast<float>(group_size), eps, out.data<float>(),
-        out.stride(0), rows, width, width / sumsq.dim(1));
-  }
+        weight.data<float>(), static_cast<float>(group_size), eps, o, out.stride(0), rows, width,
+        width / sumsq.dim(1));
+  });
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

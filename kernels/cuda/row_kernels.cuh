@@ -4,12 +4,32 @@
 #ifndef COIL_KERNELS_CUDA_ROW_KERNELS_CUH_
 #define COIL_KERNELS_CUDA_ROW_KERNELS_CUH_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/tensor.h"
+
 namespace coil::cuda {
+
+// A row kernel's output element: f32, or rounded to bf16 (a bf16 matmul's input rows).
+__device__ __forceinline__ void StoreOut(float* out, float v) { *out = v; }
+__device__ __forceinline__ void StoreOut(__nv_bfloat16* out, float v) {
+  *out = __float2bfloat16_rn(v);
+}
+
+// Calls launch(p) with `out`'s data as the pointer type its dtype (f32 or bf16) names, so
+// one launch expression serves both instantiations of a kernel templated on StoreOut's type.
+template <typename Launch>
+void WithOutPointer(const Tensor& out, Launch launch) {
+  if (out.dtype() == DType::kBF16) {
+    launch(static_cast<__nv_bfloat16*>(out.raw()));
+  } else {
+    launch(out.data<float>());
+  }
+}
 
 // Threads per block of the row kernels: a multiple of the warp size, at most 32 warps.
 inline constexpr int kRowThreads = 256;
