@@ -40,9 +40,9 @@ StepResult ModelRunner::Execute(const StepPlan& plan) {
     // the other rows' logits are copied to the host. The same split on every rank (the
     // same plan), and a row's token does not depend on which way its neighbours go.
     kinds.reserve(rows.size());
-    gumbel_temperatures_.assign(rows.size(), 1.0f);
-    gumbel_seeds_.assign(rows.size(), 0);
-    gumbel_steps_.assign(rows.size(), 0);
+    gumbel_temperatures_.resize(rows.size());
+    gumbel_seeds_.resize(rows.size());
+    gumbel_steps_.resize(rows.size());
     for (size_t r = 0; r < rows.size(); ++r) {
       const absl::Span<const ScheduledSequence* const> one(&rows[r], 1);
       kinds.push_back(Sampler::AllGreedy(one)           ? Kind::kArgmax
