@@ -65,6 +65,126 @@ absl::Status CheckContiguous(const char* name, const Tensor& t) {
   return absl::OkStatus();
 }
 
+absl::Status CheckCausalConv1d(const Backend& backend, const Tensor& x, const Tensor& weight,
+                               const Tensor& bias, const RecurrentBatch& batch,
+                               const Tensor& conv_state, const Tensor& out) {
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "x", x, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "weight", weight, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "bias", bias, {DType::kF32}, 1));
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "out", out, {DType::kF32}, 2));
+  const int64_t channels = x.dim(1);
+  COIL_RETURN_IF_ERROR(CheckContiguous("weight", weight));
+  COIL_RETURN_IF_ERROR(CheckDim("weight", weight, 0, channels, "x's channels"));
+  if (weight.dim(1) < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight is ", weight.DebugString(), "; the conv width must be >= 2"));
+  }
+  COIL_RETURN_IF_ERROR(CheckDim("bias", bias, 0, channels, "x's channels"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 0, x.dim(0), "x's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 1, channels, "x's channels"));
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "conv_state", conv_state, {DType::kF32}, 3));
+  COIL_RETURN_IF_ERROR(CheckContiguous("conv_state", conv_state));
+  if (conv_state.dim(0) < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "conv_state is ", conv_state.DebugString(), "; it needs state rows plus the scratch row"));
+  }
+  COIL_RETURN_IF_ERROR(
+      CheckDim("conv_state", conv_state, 1, weight.dim(1) - 1, "the conv width - 1"));
+  COIL_RETURN_IF_ERROR(CheckDim("conv_state", conv_state, 2, channels, "x's channels"));
+  COIL_RETURN_IF_ERROR(ValidateRecurrentBatch(batch, x.dim(0), conv_state.dim(0) - 1));
+  return absl::OkStatus();
+}
+
+absl::Status CheckSsmScan(const Backend& backend, const Tensor& x, const Tensor& dt,
+                          const Tensor& a_log, const Tensor& b, const Tensor& c, const Tensor& d,
+                          const Tensor& dt_bias, const SsmScanOptions& options,
+                          const RecurrentBatch& batch, const Tensor& ssm_state, const Tensor& y) {
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "ssm_state", ssm_state, {DType::kF32}, 4));
+  COIL_RETURN_IF_ERROR(CheckContiguous("ssm_state", ssm_state));
+  if (ssm_state.dim(0) < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ssm_state is ", ssm_state.DebugString(), "; it needs state rows plus the scratch row"));
+  }
+  const int64_t heads = ssm_state.dim(1), headdim = ssm_state.dim(2), d_state = ssm_state.dim(3);
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "x", x, {DType::kF32}, 2));
+  const int64_t rows = x.dim(0);
+  COIL_RETURN_IF_ERROR(CheckDim("x", x, 1, heads * headdim, "heads * headdim of the state"));
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "dt", dt, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("dt", dt, 0, rows, "x's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("dt", dt, 1, heads, "heads"));
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "b", b, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("b", b, 0, rows, "x's rows"));
+  if (b.dim(1) % d_state != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("b is ", b.DebugString(),
+                                                   "; its width must be ngroups * d_state (",
+                                                   d_state, ")"));
+  }
+  const int64_t groups = b.dim(1) / d_state;
+  if (options.heads_per_group == 0) {
+    if (heads % groups != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "heads (", heads, ") is not a multiple of ngroups (", groups, "); check b's width"));
+    }
+  } else {
+    const int64_t hpg = options.heads_per_group, first = options.first_head_in_group;
+    if (first < 0 || first >= hpg) {
+      return absl::InvalidArgumentError(absl::StrCat("first_head_in_group is ", first,
+                                                     "; it must be in [0, heads_per_group ",
+                                                     hpg, ")"));
+    }
+    if (groups != (first + heads - 1) / hpg + 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          heads, " heads starting at head ", first, " of a group of ", hpg, " touch ",
+          (first + heads - 1) / hpg + 1, " groups, but b holds ", groups));
+    }
+  }
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "c", c, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("c", c, 0, rows, "x's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("c", c, 1, groups * d_state, "b's width"));
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"a_log", &a_log},
+                                {"d", &d},
+                                {"dt_bias", &dt_bias}}) {
+    COIL_RETURN_IF_ERROR(CheckTensor(backend, name, *t, {DType::kF32}, 1));
+    COIL_RETURN_IF_ERROR(CheckDim(name, *t, 0, heads, "heads"));
+  }
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "y", y, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("y", y, 0, rows, "x's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("y", y, 1, heads * headdim, "x's width"));
+  if (options.chunk_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_size is ", options.chunk_size, "; it must be > 0"));
+  }
+  if (!(options.dt_min >= 0.0f) || !(options.dt_max >= options.dt_min)) {
+    return absl::InvalidArgumentError(absl::StrCat("time_step_limit is (", options.dt_min, ", ",
+                                                   options.dt_max,
+                                                   "); it needs 0 <= min <= max"));
+  }
+  COIL_RETURN_IF_ERROR(ValidateRecurrentBatch(batch, rows, ssm_state.dim(0) - 1));
+  return absl::OkStatus();
+}
+
+absl::Status CheckGatedRmsNorm(const Backend& backend, const Tensor& y, const Tensor& z,
+                               const Tensor& weight, int64_t ngroups, float eps,
+                               const Tensor& out) {
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "y", y, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "z", z, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "weight", weight, {DType::kF32}, 1));
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "out", out, {DType::kF32, DType::kBF16}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("z", z, 0, y.dim(0), "y's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("z", z, 1, y.dim(1), "y's width"));
+  COIL_RETURN_IF_ERROR(CheckDim("weight", weight, 0, y.dim(1), "y's width"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 0, y.dim(0), "y's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 1, y.dim(1), "y's width"));
+  if (ngroups <= 0 || y.dim(1) % ngroups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ngroups is ", ngroups, "; it must be > 0 and divide y's width ", y.dim(1)));
+  }
+  if (!(eps > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("eps is ", eps, "; it must be > 0"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateRecurrentBatch(const RecurrentBatch& batch, int64_t rows,
@@ -214,30 +334,7 @@ absl::Status Backend::Matmul(const Tensor& x, const Tensor& w, const Tensor& y) 
 absl::Status Backend::CausalConv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                    const RecurrentBatch& batch, const Tensor& conv_state,
                                    const Tensor& out) {
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "x", x, {DType::kF32}, 2));
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "weight", weight, {DType::kF32}, 2));
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "bias", bias, {DType::kF32}, 1));
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "out", out, {DType::kF32}, 2));
-  const int64_t channels = x.dim(1);
-  COIL_RETURN_IF_ERROR(CheckContiguous("weight", weight));
-  COIL_RETURN_IF_ERROR(CheckDim("weight", weight, 0, channels, "x's channels"));
-  if (weight.dim(1) < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight is ", weight.DebugString(), "; the conv width must be >= 2"));
-  }
-  COIL_RETURN_IF_ERROR(CheckDim("bias", bias, 0, channels, "x's channels"));
-  COIL_RETURN_IF_ERROR(CheckDim("out", out, 0, x.dim(0), "x's rows"));
-  COIL_RETURN_IF_ERROR(CheckDim("out", out, 1, channels, "x's channels"));
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "conv_state", conv_state, {DType::kF32}, 3));
-  COIL_RETURN_IF_ERROR(CheckContiguous("conv_state", conv_state));
-  if (conv_state.dim(0) < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "conv_state is ", conv_state.DebugString(), "; it needs state rows plus the scratch row"));
-  }
-  COIL_RETURN_IF_ERROR(
-      CheckDim("conv_state", conv_state, 1, weight.dim(1) - 1, "the conv width - 1"));
-  COIL_RETURN_IF_ERROR(CheckDim("conv_state", conv_state, 2, channels, "x's channels"));
-  COIL_RETURN_IF_ERROR(ValidateRecurrentBatch(batch, x.dim(0), conv_state.dim(0) - 1));
+  COIL_RETURN_IF_ERROR(CheckCausalConv1d(*this, x, weight, bias, batch, conv_state, out));
   return DoCausalConv1d(x, weight, bias, batch, conv_state, out);
 }
 
@@ -246,67 +343,8 @@ absl::Status Backend::SsmScan(const Tensor& x, const Tensor& dt, const Tensor& a
                               const Tensor& dt_bias, const SsmScanOptions& options,
                               const RecurrentBatch& batch, const Tensor& ssm_state,
                               const Tensor& y) {
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "ssm_state", ssm_state, {DType::kF32}, 4));
-  COIL_RETURN_IF_ERROR(CheckContiguous("ssm_state", ssm_state));
-  if (ssm_state.dim(0) < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ssm_state is ", ssm_state.DebugString(), "; it needs state rows plus the scratch row"));
-  }
-  const int64_t heads = ssm_state.dim(1), headdim = ssm_state.dim(2), d_state = ssm_state.dim(3);
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "x", x, {DType::kF32}, 2));
-  const int64_t rows = x.dim(0);
-  COIL_RETURN_IF_ERROR(CheckDim("x", x, 1, heads * headdim, "heads * headdim of the state"));
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "dt", dt, {DType::kF32}, 2));
-  COIL_RETURN_IF_ERROR(CheckDim("dt", dt, 0, rows, "x's rows"));
-  COIL_RETURN_IF_ERROR(CheckDim("dt", dt, 1, heads, "heads"));
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "b", b, {DType::kF32}, 2));
-  COIL_RETURN_IF_ERROR(CheckDim("b", b, 0, rows, "x's rows"));
-  if (b.dim(1) % d_state != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("b is ", b.DebugString(),
-                                                   "; its width must be ngroups * d_state (",
-                                                   d_state, ")"));
-  }
-  const int64_t groups = b.dim(1) / d_state;
-  if (options.heads_per_group == 0) {
-    if (heads % groups != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "heads (", heads, ") is not a multiple of ngroups (", groups, "); check b's width"));
-    }
-  } else {
-    const int64_t hpg = options.heads_per_group, first = options.first_head_in_group;
-    if (first < 0 || first >= hpg) {
-      return absl::InvalidArgumentError(absl::StrCat("first_head_in_group is ", first,
-                                                     "; it must be in [0, heads_per_group ",
-                                                     hpg, ")"));
-    }
-    if (groups != (first + heads - 1) / hpg + 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          heads, " heads starting at head ", first, " of a group of ", hpg, " touch ",
-          (first + heads - 1) / hpg + 1, " groups, but b holds ", groups));
-    }
-  }
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "c", c, {DType::kF32}, 2));
-  COIL_RETURN_IF_ERROR(CheckDim("c", c, 0, rows, "x's rows"));
-  COIL_RETURN_IF_ERROR(CheckDim("c", c, 1, groups * d_state, "b's width"));
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"a_log", &a_log},
-                                {"d", &d},
-                                {"dt_bias", &dt_bias}}) {
-    COIL_RETURN_IF_ERROR(CheckTensor(*this, name, *t, {DType::kF32}, 1));
-    COIL_RETURN_IF_ERROR(CheckDim(name, *t, 0, heads, "heads"));
-  }
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "y", y, {DType::kF32}, 2));
-  COIL_RETURN_IF_ERROR(CheckDim("y", y, 0, rows, "x's rows"));
-  COIL_RETURN_IF_ERROR(CheckDim("y", y, 1, heads * headdim, "x's width"));
-  if (options.chunk_size <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk_size is ", options.chunk_size, "; it must be > 0"));
-  }
-  if (!(options.dt_min >= 0.0f) || !(options.dt_max >= options.dt_min)) {
-    return absl::InvalidArgumentError(absl::StrCat("time_step_limit is (", options.dt_min, ", ",
-                                                   options.dt_max,
-                                                   "); it needs 0 <= min <= max"));
-  }
-  COIL_RETURN_IF_ERROR(ValidateRecurrentBatch(batch, rows, ssm_state.dim(0) - 1));
+  COIL_RETURN_IF_ERROR(
+      CheckSsmScan(*this, x, dt, a_log, b, c, d, dt_bias, options, batch, ssm_state, y));
   return DoSsmScan(x, dt, a_log, b, c, d, dt_bias, options, batch, ssm_state, y);
 }
 
@@ -358,23 +396,77 @@ absl::Status Backend::GatedNormApply(const Tensor& gated, const Tensor& sumsq,
 
 absl::Status Backend::GatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
                                    int64_t ngroups, float eps, const Tensor& out) {
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "y", y, {DType::kF32}, 2));
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "z", z, {DType::kF32}, 2));
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "weight", weight, {DType::kF32}, 1));
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "out", out, {DType::kF32, DType::kBF16}, 2));
-  COIL_RETURN_IF_ERROR(CheckDim("z", z, 0, y.dim(0), "y's rows"));
-  COIL_RETURN_IF_ERROR(CheckDim("z", z, 1, y.dim(1), "y's width"));
-  COIL_RETURN_IF_ERROR(CheckDim("weight", weight, 0, y.dim(1), "y's width"));
-  COIL_RETURN_IF_ERROR(CheckDim("out", out, 0, y.dim(0), "y's rows"));
-  COIL_RETURN_IF_ERROR(CheckDim("out", out, 1, y.dim(1), "y's width"));
-  if (ngroups <= 0 || y.dim(1) % ngroups != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ngroups is ", ngroups, "; it must be > 0 and divide y's width ", y.dim(1)));
-  }
-  if (!(eps > 0.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat("eps is ", eps, "; it must be > 0"));
-  }
+  COIL_RETURN_IF_ERROR(CheckGatedRmsNorm(*this, y, z, weight, ngroups, eps, out));
   return DoGatedRmsNorm(y, z, weight, ngroups, eps, out);
+}
+
+namespace {
+
+// The x | b | c column views of MixerDecode's xbc for a state of `heads` x `headdim` x
+// `d_state`, or INVALID_ARGUMENT when xbc's width is not E + 2 G N for a whole G >= 1.
+absl::Status MixerColumns(const Tensor& xbc, const Tensor& ssm_state, Tensor* x, Tensor* b,
+                          Tensor* c, int64_t* groups) {
+  const int64_t e = ssm_state.dim(1) * ssm_state.dim(2), n = ssm_state.dim(3);
+  const int64_t width = xbc.dim(1);
+  if (width <= e || (width - e) % (2 * n) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "xbc is ", xbc.DebugString(), "; its width must be heads * headdim (", e,
+        ") + 2 * ngroups * d_state (", n, ") for the state ", ssm_state.DebugString()));
+  }
+  *groups = (width - e) / (2 * n);
+  *x = xbc.Columns(0, e);
+  *b = xbc.Columns(e, *groups * n);
+  *c = xbc.Columns(e + *groups * n, *groups * n);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Backend::MixerDecode(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
+                                  const MixerWeights& weights, const SsmScanOptions& options,
+                                  float norm_eps, const RecurrentBatch& batch,
+                                  const Tensor& conv_state, const Tensor& ssm_state,
+                                  const Tensor& xbc, const Tensor& y, const Tensor& out) {
+  COIL_RETURN_IF_ERROR(CheckCausalConv1d(*this, xbc_in, weights.conv_weight, weights.conv_bias,
+                                         batch, conv_state, xbc));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "ssm_state", ssm_state, {DType::kF32}, 4));
+  Tensor x, b, c;
+  int64_t groups = 0;
+  COIL_RETURN_IF_ERROR(MixerColumns(xbc, ssm_state, &x, &b, &c, &groups));
+  if (options.heads_per_group != 0) {
+    return absl::InvalidArgumentError(
+        "MixerDecode takes heads that hold their B/C groups whole (heads_per_group 0); for "
+        "heads that start inside a group run CausalConv1d, SsmScan, GatedSumSquares and "
+        "GatedNormApply");
+  }
+  COIL_RETURN_IF_ERROR(CheckSsmScan(*this, x, dt, weights.a_log, b, c, weights.d,
+                                    weights.dt_bias, options, batch, ssm_state, y));
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    if (batch.run_length(s) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", s, " runs ", batch.run_length(s),
+          " tokens; MixerDecode takes decode steps only (every run one token): run "
+          "CausalConv1d, SsmScan and GatedRmsNorm for longer runs"));
+    }
+  }
+  COIL_RETURN_IF_ERROR(CheckGatedRmsNorm(*this, y, z, weights.norm_weight, groups, norm_eps, out));
+  return DoMixerDecode(xbc_in, dt, z, weights, options, norm_eps, batch, conv_state, ssm_state,
+                       xbc, y, out);
+}
+
+absl::Status Backend::DoMixerDecode(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
+                                    const MixerWeights& weights, const SsmScanOptions& options,
+                                    float norm_eps, const RecurrentBatch& batch,
+                                    const Tensor& conv_state, const Tensor& ssm_state,
+                                    const Tensor& xbc, const Tensor& y, const Tensor& out) {
+  Tensor x, b, c;
+  int64_t groups = 0;
+  COIL_RETURN_IF_ERROR(MixerColumns(xbc, ssm_state, &x, &b, &c, &groups));
+  COIL_RETURN_IF_ERROR(
+      DoCausalConv1d(xbc_in, weights.conv_weight, weights.conv_bias, batch, conv_state, xbc));
+  COIL_RETURN_IF_ERROR(DoSsmScan(x, dt, weights.a_log, b, c, weights.d, weights.dt_bias, options,
+                                 batch, ssm_state, y));
+  return DoGatedRmsNorm(y, z, weights.norm_weight, groups, norm_eps, out);
 }
 
 absl::Status Backend::Argmax(const Tensor& logits, const Tensor& ids, const Tensor& values) {

@@ -47,6 +47,13 @@ struct SsmScanOptions {
   bool bf16_products = false;
 };
 
+// A Mamba2 mixer's per-layer weights that MixerDecode reads (the model's layer, as views).
+struct MixerWeights {
+  Tensor conv_weight, conv_bias;  // f32 [C, W], [C]
+  Tensor a_log, d, dt_bias;       // f32 [H]
+  Tensor norm_weight;             // f32 [E], the gated RMSNorm's
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -154,6 +161,21 @@ class Backend {
   absl::Status GatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
                             int64_t ngroups, float eps, const Tensor& out);
 
+  // The mixer between in_proj and out_proj for a decode step (every run one token) whose
+  // heads hold their B/C groups whole (options.heads_per_group 0):
+  //   CausalConv1d(xbc_in) into xbc = [x (E) | b (G*N) | c (G*N)],
+  //   SsmScan(x, dt, b, c) into y, then GatedRmsNorm(y, z) with G groups into out,
+  // with the same bits as those three ops on the same backend. A backend may fuse them (the
+  // CUDA backend does, in one launch); xbc and y are then scratch, unspecified afterwards.
+  // xbc_in: f32 [T, E + 2 G N] (rows may be strided); dt: f32 [T, H]; z: f32 [T, E];
+  // conv_state, ssm_state as for CausalConv1d and SsmScan; xbc: f32 [T, E + 2 G N];
+  // y: f32 [T, E]; out: f32 [T, E] (may alias y), or bf16 when it only feeds a bf16 matmul.
+  absl::Status MixerDecode(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
+                           const MixerWeights& weights, const SsmScanOptions& options,
+                           float norm_eps, const RecurrentBatch& batch, const Tensor& conv_state,
+                           const Tensor& ssm_state, const Tensor& xbc, const Tensor& y,
+                           const Tensor& out);
+
   // Per row: the index of the largest value (the lowest index among equals; NaN never
   // wins) and the value. logits: f32 [T, V]; ids: i32 [T]; values: f32 [T].
   absl::Status Argmax(const Tensor& logits, const Tensor& ids, const Tensor& values);
@@ -204,6 +226,12 @@ class Backend {
                                         const Tensor& out) = 0;
   virtual absl::Status DoGatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
                                       int64_t ngroups, float eps, const Tensor& out) = 0;
+  // By default the three ops' own Do*() in turn.
+  virtual absl::Status DoMixerDecode(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
+                                     const MixerWeights& weights, const SsmScanOptions& options,
+                                     float norm_eps, const RecurrentBatch& batch,
+                                     const Tensor& conv_state, const Tensor& ssm_state,
+                                     const Tensor& xbc, const Tensor& y, const Tensor& out);
   virtual absl::Status DoArgmax(const Tensor& logits, const Tensor& ids,
                                 const Tensor& values) = 0;
   virtual absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
@@ -217,7 +245,7 @@ class Backend {
 inline constexpr const char* kBackendOps[] = {
     "Embedding", "AddRmsNorm",      "Matmul",         "CausalConv1d",
     "SsmScan",   "GatedSumSquares", "GatedNormApply", "GatedRmsNorm",
-    "Argmax",    "GumbelArgmax"};
+    "MixerDecode", "Argmax",        "GumbelArgmax"};
 
 // Checks a RecurrentBatch against `rows` packed rows and a pool of `state_rows` rows (plus
 // the scratch row). Public so that step metadata can be validated once per step too.

@@ -71,9 +71,9 @@ __global__ void __launch_bounds__(kChannelsPerBlock) ConvStateKernel(ConvParams 
 
 }  // namespace
 
-absl::Status LaunchCausalConv1d(const CudaContext& ctx, const Tensor& x, const Tensor& weight,
-                                const Tensor& bias, const RecurrentBatch& batch,
-                                const Tensor& conv_state, const Tensor& out) {
+absl::StatusOr<ConvParams> ConvParamsFor(const Tensor& x, const Tensor& weight,
+                                         const Tensor& bias, const RecurrentBatch& batch,
+                                         const Tensor& conv_state, const Tensor* out) {
   constexpr int64_t kInt32Max = 0x7fffffff;
   if (x.dim(0) > kInt32Max || x.dim(1) > kInt32Max || conv_state.dim(0) > kInt32Max ||
       weight.dim(1) > kInt32Max) {
@@ -86,9 +86,9 @@ absl::Status LaunchCausalConv1d(const CudaContext& ctx, const Tensor& x, const T
   p.weight = weight.data<float>();
   p.bias = bias.data<float>();
   p.state = conv_state.data<float>();
-  p.out = out.data<float>();
+  p.out = out != nullptr ? out->data<float>() : nullptr;
   p.x_stride = x.stride(0);
-  p.out_stride = out.stride(0);
+  p.out_stride = out != nullptr ? out->stride(0) : 0;
   p.cu_seqlens = batch.device_cu_seqlens;
   p.slots = batch.device_slots;
   p.fresh = batch.device_fresh;
@@ -97,7 +97,13 @@ absl::Status LaunchCausalConv1d(const CudaContext& ctx, const Tensor& x, const T
   p.channels = static_cast<int32_t>(x.dim(1));
   p.width = static_cast<int32_t>(weight.dim(1));
   p.state_rows = static_cast<int32_t>(conv_state.dim(0) - 1);
+  return p;
+}
 
+absl::Status LaunchCausalConv1d(const CudaContext& ctx, const Tensor& x, const Tensor& weight,
+                                const Tensor& bias, const RecurrentBatch& batch,
+                                const Tensor& conv_state, const Tensor& out) {
+  COIL_ASSIGN_OR_RETURN(const ConvParams p, ConvParamsFor(x, weight, bias, batch, conv_state, &out));
   const unsigned channel_blocks =
       static_cast<unsigned>((p.channels + kChannelsPerBlock - 1) / kChannelsPerBlock);
   const unsigned seq_blocks = std::min<unsigned>(static_cast<unsigned>(p.num_seqs), kMaxGridY);

@@ -70,13 +70,18 @@ COIL_HOST_DEVICE inline void ConvNewHistory(const ConvParams& p, int32_t seq, in
   }
 }
 
-// A run of one token, output and history in one pass: the taps read history entries
-// 0 .. W-2 in order while entry k - 1 takes entry k just read; the last takes the input.
-COIL_HOST_DEVICE inline void ConvDecode(const ConvParams& p, int32_t seq, int32_t c) {
+// A run of one token at channel c: returns the output and, when write_history is set,
+// updates the history in the same pass: the taps read history entries 0 .. W-2 in order
+// while entry k - 1 takes entry k just read; the last takes the input. Without
+// write_history it only reads (the fused mixer decode, whose B/C channels are read by
+// several blocks and shifted by the last of them).
+COIL_HOST_DEVICE inline float ConvDecodeValue(const ConvParams& p, int32_t seq, int32_t c,
+                                              bool write_history) {
   const int32_t hist = p.width - 1;
   const int64_t row = p.cu_seqlens[seq];
   const int32_t slot = p.slots[seq];
   const bool scratch = slot == p.state_rows;
+  const bool write = write_history && !scratch;
   const bool zero_history = scratch || p.fresh[seq] != 0;
   float* history = ConvHistory(p, slot) + c;
   const float* w = p.weight + static_cast<int64_t>(c) * p.width;
@@ -85,11 +90,17 @@ COIL_HOST_DEVICE inline void ConvDecode(const ConvParams& p, int32_t seq, int32_
   for (int32_t k = 0; k < hist; ++k) {
     const float v = zero_history ? 0.0f : history[static_cast<int64_t>(k) * p.channels];
     acc = acc + w[k] * v;
-    if (!scratch && k > 0) history[static_cast<int64_t>(k - 1) * p.channels] = v;
+    if (write && k > 0) history[static_cast<int64_t>(k - 1) * p.channels] = v;
   }
   acc = acc + w[hist] * input;
-  p.out[row * p.out_stride + c] = ConvSilu(acc);
-  if (!scratch) history[static_cast<int64_t>(hist - 1) * p.channels] = input;
+  if (write) history[static_cast<int64_t>(hist - 1) * p.channels] = input;
+  return ConvSilu(acc);
+}
+
+// A run of one token, output and history in one pass.
+COIL_HOST_DEVICE inline void ConvDecode(const ConvParams& p, int32_t seq, int32_t c) {
+  p.out[static_cast<int64_t>(p.cu_seqlens[seq]) * p.out_stride + c] =
+      ConvDecodeValue(p, seq, c, /*write_history=*/true);
 }
 
 }  // namespace coil::cuda

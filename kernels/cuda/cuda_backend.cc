@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -222,6 +223,33 @@ absl::Status CudaBackend::DoGatedRmsNorm(const Tensor& y, const Tensor& z, const
                                          int64_t ngroups, float eps, const Tensor& out) {
   COIL_RETURN_IF_ERROR(MakeCurrent());
   return LaunchGatedRmsNorm(ctx_, y, z, weight, ngroups, eps, out);
+}
+
+absl::Status CudaBackend::DoMixerDecode(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
+                                        const MixerWeights& weights,
+                                        const SsmScanOptions& options, float norm_eps,
+                                        const RecurrentBatch& batch, const Tensor& conv_state,
+                                        const Tensor& ssm_state, const Tensor& xbc,
+                                        const Tensor& y, const Tensor& out) {
+  if (batch.num_seqs() == 0) return absl::OkStatus();
+  COIL_RETURN_IF_ERROR(MakeCurrent());
+  COIL_ASSIGN_OR_RETURN(RecurrentBatch device_batch, WithDeviceMirrors(batch));
+  const int64_t e = ssm_state.dim(1) * ssm_state.dim(2), d_state = ssm_state.dim(3);
+  const int64_t groups = (xbc_in.dim(1) - e) / (2 * d_state);
+  // New ticket memory starts at zero; the kernel leaves every ticket it takes at zero.
+  // At least 64 KiB (16384 sequence-group pairs), so that the decode graphs' buckets, each
+  // warmed up just before its capture, do not regrow it (and so drop the graphs captured
+  // before) one bucket after another.
+  constexpr size_t kMinTicketBytes = size_t{64} << 10;
+  const uint64_t generation = mixer_tickets_.generation();
+  const size_t bytes = std::max(
+      kMinTicketBytes, static_cast<size_t>(batch.num_seqs() * groups) * sizeof(int32_t));
+  COIL_ASSIGN_OR_RETURN(void* tickets, mixer_tickets_.Get(bytes, ctx_.stream));
+  if (mixer_tickets_.generation() != generation) {
+    COIL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(tickets, 0, mixer_tickets_.bytes(), ctx_.stream));
+  }
+  return LaunchMixerDecode(ctx_, xbc_in, dt, z, weights, norm_eps, options, device_batch,
+                           conv_state, ssm_state, xbc, y, out, static_cast<int32_t*>(tickets));
 }
 
 absl::Status CudaBackend::DoArgmax(const Tensor& logits, const Tensor& ids,

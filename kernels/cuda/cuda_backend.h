@@ -84,6 +84,11 @@ class CudaBackend final : public Backend {
                                 int64_t group_size, float eps, const Tensor& out) override;
   absl::Status DoGatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
                               int64_t ngroups, float eps, const Tensor& out) override;
+  absl::Status DoMixerDecode(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
+                             const MixerWeights& weights, const SsmScanOptions& options,
+                             float norm_eps, const RecurrentBatch& batch, const Tensor& conv_state,
+                             const Tensor& ssm_state, const Tensor& xbc, const Tensor& y,
+                             const Tensor& out) override;
   absl::Status DoArgmax(const Tensor& logits, const Tensor& ids, const Tensor& values) override;
   absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
                               const Tensor& seeds, const Tensor& steps, int64_t vocab_offset,
@@ -97,6 +102,7 @@ class CudaBackend final : public Backend {
   CudaContext ctx_;
   Workspace workspace_;
   Workspace batch_staging_;
+  Workspace mixer_tickets_;  // MixerDecode's per-(sequence, group) tickets, zero between ops
   std::vector<int32_t> batch_host_;  // the packed host image of an uploaded batch
   std::unique_ptr<CublasLtMatmul> matmul_;
 };

@@ -41,7 +41,7 @@ class CudaGraph final : public Backend::Graph {
 }  // namespace
 
 uint64_t CudaBackend::MemoryGeneration() const {
-  return workspace_.generation() + batch_staging_.generation();
+  return workspace_.generation() + batch_staging_.generation() + mixer_tickets_.generation();
 }
 
 bool CudaBackend::IsGraphCurrent(const Graph& graph) const {

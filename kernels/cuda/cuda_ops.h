@@ -14,6 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/causal_conv1d_math.h"
+#include "kernels/cuda/ssm_scan_math.h"
 #include "kernels/recurrent_batch.h"
 #include "kernels/tensor.h"
 
@@ -51,6 +53,20 @@ struct CudaContext {
   Workspace* workspace = nullptr;  // op scratch (e.g. SSD chunk states); not for matmul
 };
 
+// The conv and scan kernels' parameters from the ops' tensors (device mirrors of the batch),
+// or INVALID_ARGUMENT when a size exceeds the kernels' int32 indices (UNIMPLEMENTED for a
+// d_state above the decode update's limit). `out` may be null (the fused mixer decode).
+absl::StatusOr<ConvParams> ConvParamsFor(const Tensor& x, const Tensor& weight,
+                                         const Tensor& bias, const RecurrentBatch& batch,
+                                         const Tensor& conv_state, const Tensor* out);
+absl::StatusOr<SsmScanParams> SsmScanParamsFor(const Tensor& x, const Tensor& dt,
+                                               const Tensor& a_log, const Tensor& b,
+                                               const Tensor& c, const Tensor& d,
+                                               const Tensor& dt_bias,
+                                               const SsmScanOptions& options,
+                                               const RecurrentBatch& batch,
+                                               const Tensor& ssm_state, const Tensor& y);
+
 absl::Status LaunchEmbedding(const CudaContext& ctx, const Tensor& ids, const Tensor& table,
                              int64_t vocab_offset, const Tensor& out);
 absl::Status LaunchAddRmsNorm(const CudaContext& ctx, const Tensor& x, const Tensor& weight,
@@ -71,6 +87,14 @@ absl::Status LaunchGatedNormApply(const CudaContext& ctx, const Tensor& gated,
 absl::Status LaunchGatedRmsNorm(const CudaContext& ctx, const Tensor& y, const Tensor& z,
                                 const Tensor& weight, int64_t ngroups, float eps,
                                 const Tensor& out);
+// The fused mixer decode (mixer_decode.cu). `tickets` holds num_seqs * groups int32 zeros
+// (left zero afterwards).
+absl::Status LaunchMixerDecode(const CudaContext& ctx, const Tensor& xbc_in, const Tensor& dt,
+                               const Tensor& z, const MixerWeights& weights, float norm_eps,
+                               const SsmScanOptions& options, const RecurrentBatch& batch,
+                               const Tensor& conv_state, const Tensor& ssm_state,
+                               const Tensor& xbc, const Tensor& y, const Tensor& out,
+                               int32_t* tickets);
 absl::Status LaunchArgmax(const CudaContext& ctx, const Tensor& logits, const Tensor& ids,
                           const Tensor& values);
 absl::Status LaunchGumbelArgmax(const CudaContext& ctx, const Tensor& logits,

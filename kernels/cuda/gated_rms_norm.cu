@@ -13,26 +13,21 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gated_norm_math.h"
 #include "kernels/cuda/row_kernels.cuh"
 
 namespace coil::cuda {
 namespace {
 
-// silu(z) = z / (1 + exp(-z)), as the CPU's SiluF; expf is the full-precision exp.
-__device__ __forceinline__ float Silu(float z) { return z / (1.0f + expf(-z)); }
-
 // The block's sum of (y * silu(z))^2 over columns [begin, begin + group) of one row, each
 // thread taking the same columns (and writing them to `gated` unless it is null): shared by
-// both kernels below, which is what gives GatedRmsNorm the two halves' bits.
+// the kernels below and the fused mixer decode, which is what gives them the same bits.
 __device__ __forceinline__ float GroupSumSquares(const float* yr, const float* zr, float* gated,
                                                  int64_t begin, int64_t group, float* scratch) {
-  float sum = 0.0f;
-  for (int64_t i = begin + threadIdx.x; i < begin + group; i += blockDim.x) {
-    const float v = yr[i] * Silu(zr[i]);
-    if (gated != nullptr) gated[i] = v;
-    sum += v * v;
-  }
-  return BlockSum(sum, scratch);
+  const float part = GatedPartialSumSquares([yr](int64_t i) { return yr[i]; }, zr, gated, begin,
+                                            group, static_cast<int>(threadIdx.x),
+                                            static_cast<int>(blockDim.x));
+  return BlockSum(part, scratch);
 }
 
 // No __restrict__ on y and gated: they may alias.
@@ -64,7 +59,7 @@ __global__ void GatedNormApplyKernel(const float* gated, int64_t gated_stride,
     const float* sr = sumsq + t * sumsq_stride;
     OutT* o = out + t * out_stride;
     for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-      const float scale = 1.0f / sqrtf(sr[i / group] / group_size + eps);
+      const float scale = GatedNormScale(sr[i / group], group_size, eps);
       StoreOut(o + i, gr[i] * scale * weight[i]);
     }
   }
@@ -88,9 +83,9 @@ __global__ void GatedRmsNormKernel(const float* y, int64_t y_stride, const float
     for (int64_t g = 0; g < ngroups; ++g) {
       const int64_t begin = g * group;
       const float sum = GroupSumSquares(yr, zr, nullptr, begin, group, scratch);
-      const float scale = 1.0f / sqrtf(sum / group_size + eps);
+      const float scale = GatedNormScale(sum, group_size, eps);
       for (int64_t i = begin + threadIdx.x; i < begin + group; i += blockDim.x) {
-        const float v = yr[i] * Silu(zr[i]);
+        const float v = yr[i] * GatedSilu(zr[i]);
         StoreOut(o + i, v * scale * weight[i]);
       }
     }

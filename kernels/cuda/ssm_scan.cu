@@ -22,10 +22,6 @@ namespace {
 constexpr int kDecodeWarps = 4;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kDecodeWarps * kRowsPerWarp;
-// Keeps the B and C rows in shared memory (2 d_state floats: 32 KiB here) under the 48 KiB
-// a launch may take without cudaFuncSetAttribute.
-constexpr int32_t kMaxDecodeDState = 4096;
-
 // kVec: d_state columns per lane and load (1 or 4); kSteps: loads per lane per span.
 template <int kVec, int kSteps>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
@@ -94,28 +90,21 @@ absl::Status LaunchDecode(const CudaContext& ctx, const SsmScanParams& p) {
   return absl::OkStatus();
 }
 
-// Picks the widest loads the state allows and the fewest loads per lane that cover d_state
-// in one span (at most 4; larger d_state loops over spans).
 absl::Status LaunchDecodeFor(const CudaContext& ctx, const SsmScanParams& p) {
-  const bool vec4 = p.d_state % 4 == 0 && reinterpret_cast<uintptr_t>(p.state) % 16 == 0;
-  const int32_t per_lane = (p.d_state + 31) / 32;
-  if (vec4) {
-    const int32_t steps = (per_lane + 3) / 4;
-    if (steps <= 1) return LaunchDecode<4, 1>(ctx, p);
-    if (steps <= 2) return LaunchDecode<4, 2>(ctx, p);
-    return LaunchDecode<4, 4>(ctx, p);
-  }
-  if (per_lane <= 1) return LaunchDecode<1, 1>(ctx, p);
-  if (per_lane <= 2) return LaunchDecode<1, 2>(ctx, p);
-  return LaunchDecode<1, 4>(ctx, p);
+  return DispatchDecodeLanes(p, [&](auto vec, auto steps) {
+    return LaunchDecode<decltype(vec)::value, decltype(steps)::value>(ctx, p);
+  });
 }
 
 }  // namespace
 
-absl::Status LaunchSsmScan(const CudaContext& ctx, const Tensor& x, const Tensor& dt,
-                           const Tensor& a_log, const Tensor& b, const Tensor& c, const Tensor& d,
-                           const Tensor& dt_bias, const SsmScanOptions& options,
-                           const RecurrentBatch& batch, const Tensor& ssm_state, const Tensor& y) {
+absl::StatusOr<SsmScanParams> SsmScanParamsFor(const Tensor& x, const Tensor& dt,
+                                               const Tensor& a_log, const Tensor& b,
+                                               const Tensor& c, const Tensor& d,
+                                               const Tensor& dt_bias,
+                                               const SsmScanOptions& options,
+                                               const RecurrentBatch& batch,
+                                               const Tensor& ssm_state, const Tensor& y) {
   const int64_t heads = ssm_state.dim(1), headdim = ssm_state.dim(2), d_state = ssm_state.dim(3);
   const int64_t groups = b.dim(1) / d_state;
   const int64_t rows = x.dim(0);
@@ -164,7 +153,15 @@ absl::Status LaunchSsmScan(const CudaContext& ctx, const Tensor& x, const Tensor
   p.state_rows = static_cast<int32_t>(ssm_state.dim(0) - 1);
   p.dt_min = options.dt_min;
   p.dt_max = options.dt_max;
+  return p;
+}
 
+absl::Status LaunchSsmScan(const CudaContext& ctx, const Tensor& x, const Tensor& dt,
+                           const Tensor& a_log, const Tensor& b, const Tensor& c, const Tensor& d,
+                           const Tensor& dt_bias, const SsmScanOptions& options,
+                           const RecurrentBatch& batch, const Tensor& ssm_state, const Tensor& y) {
+  COIL_ASSIGN_OR_RETURN(const SsmScanParams p, SsmScanParamsFor(x, dt, a_log, b, c, d, dt_bias,
+                                                               options, batch, ssm_state, y));
   bool any_single = false, any_long = false;
   for (int s = 0; s < batch.num_seqs(); ++s) {
     (batch.run_length(s) == 1 ? any_single : any_long) = true;

@@ -6,19 +6,16 @@
 #define COIL_KERNELS_CUDA_SSM_SCAN_KERNELS_CUH_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/row_kernels.cuh"  // WarpSum
 #include "kernels/cuda/ssm_scan_math.h"
 
 namespace coil::cuda {
 
 #if defined(__CUDACC__)
-__device__ inline float WarpSum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
 template <typename T>
 __device__ inline T WarpInclusiveSum(T v) {
   const int lane = threadIdx.x & 31;
@@ -29,6 +26,30 @@ __device__ inline T WarpInclusiveSum(T v) {
   return v;
 }
 #endif  // __CUDACC__
+
+// Calls launch(kVec, kSteps) (as std::integral_constant values) with the decode update's
+// lane shape for this state: 4-wide loads when d_state and the state allow, and the fewest
+// loads per lane that cover d_state in one span (at most 4; larger d_state loops over spans).
+template <typename Launch>
+absl::Status DispatchDecodeLanes(const SsmScanParams& p, Launch launch) {
+  using std::integral_constant;
+  const bool vec4 = p.d_state % 4 == 0 && reinterpret_cast<uintptr_t>(p.state) % 16 == 0;
+  const int32_t per_lane = (p.d_state + 31) / 32;
+  if (vec4) {
+    const int32_t steps = (per_lane + 3) / 4;
+    if (steps <= 1) return launch(integral_constant<int, 4>{}, integral_constant<int, 1>{});
+    if (steps <= 2) return launch(integral_constant<int, 4>{}, integral_constant<int, 2>{});
+    return launch(integral_constant<int, 4>{}, integral_constant<int, 4>{});
+  }
+  if (per_lane <= 1) return launch(integral_constant<int, 1>{}, integral_constant<int, 1>{});
+  if (per_lane <= 2) return launch(integral_constant<int, 1>{}, integral_constant<int, 2>{});
+  return launch(integral_constant<int, 1>{}, integral_constant<int, 4>{});
+}
+
+// The largest d_state the decode update takes: its B and C rows (2 d_state floats, 32 KiB
+// here) stay in shared memory under the 48 KiB a launch may take without
+// cudaFuncSetAttribute.
+inline constexpr int32_t kMaxDecodeDState = 4096;
 
 // The chunked SSD path for every run of two or more tokens (ssd_scan.cu); bf16_products
 // takes tensor-core products on sm_80 and newer (SsmScanOptions::bf16_products).

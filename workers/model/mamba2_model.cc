@@ -426,6 +426,11 @@ absl::Status Mamba2Model::Compute(int64_t rows, int64_t sampled, bool all_rows,
     scan.first_head_in_group = layout_.first_head_in_group();
   }
 
+  // A decode step whose heads hold their groups whole takes the mixer as one op (one launch
+  // on CUDA), with the bits of the three ops it stands for.
+  bool mixer_decode = layout_.groups_whole();
+  for (int s = 0; s < batch.num_seqs() && mixer_decode; ++s) mixer_decode = batch.run_length(s) == 1;
+
   if (status.ok()) run(backend_.Embedding(ids, embedding_, layout_.vocab.begin, residual), kInputLayer);
   COIL_RETURN_IF_ERROR(
       AllReduce(residual.data<float>(), static_cast<size_t>(rows * d), collectives, status));
@@ -438,18 +443,29 @@ absl::Status Mamba2Model::Compute(int64_t rows, int64_t sampled, bool all_rows,
           layer_index);
     }
     if (status.ok()) run(backend_.Matmul(in_proj_x, layer.in_proj, zxbcdt), layer_index);
-    if (status.ok()) {
-      run(backend_.CausalConv1d(xbc_in, layer.conv_weight, layer.conv_bias, batch,
-                                pool.ConvState(static_cast<int64_t>(l)), xbc),
-          layer_index);
+    if (mixer_decode) {
+      const MixerWeights weights{layer.conv_weight, layer.conv_bias, layer.a_log,
+                                 layer.d,           layer.dt_bias,   layer.mixer_norm};
+      if (status.ok()) {
+        run(backend_.MixerDecode(xbc_in, dt, z, weights, scan, mixer_norm_eps_, batch,
+                                 pool.ConvState(static_cast<int64_t>(l)),
+                                 pool.SsmState(static_cast<int64_t>(l)), xbc, y, out_proj_x),
+            layer_index);
+      }
+    } else {
+      if (status.ok()) {
+        run(backend_.CausalConv1d(xbc_in, layer.conv_weight, layer.conv_bias, batch,
+                                  pool.ConvState(static_cast<int64_t>(l)), xbc),
+            layer_index);
+      }
+      if (status.ok()) {
+        run(backend_.SsmScan(x, dt, layer.a_log, b, c, layer.d, layer.dt_bias, scan, batch,
+                             pool.SsmState(static_cast<int64_t>(l)), y),
+            layer_index);
+      }
+      COIL_RETURN_IF_ERROR(
+          GroupNorm(layer, y, z, out_proj_x, rows, collectives, status, layer_index));
     }
-    if (status.ok()) {
-      run(backend_.SsmScan(x, dt, layer.a_log, b, c, layer.d, layer.dt_bias, scan, batch,
-                           pool.SsmState(static_cast<int64_t>(l)), y),
-          layer_index);
-    }
-    COIL_RETURN_IF_ERROR(
-        GroupNorm(layer, y, z, out_proj_x, rows, collectives, status, layer_index));
     if (status.ok()) run(backend_.Matmul(out_proj_x, layer.out_proj, mixer_out), layer_index);
     COIL_RETURN_IF_ERROR(
         AllReduce(mixer_out.data<float>(), static_cast<size_t>(rows * d), collectives, status));

@@ -120,6 +120,21 @@ TEST(BackendOpsCoverageTest, EveryOpHasACase) {
 
 // ---- (4) invariants between ops of one backend.
 
+// Calls body(backend) for each backend under test this machine has (no GPU: CPU only),
+// inside a SCOPED_TRACE naming it.
+template <typename Body>
+void ForEachAvailableBackend(Body body) {
+  for (const BackendUnderTest& b : Backends()) {
+    SCOPED_TRACE(b.name);
+    auto backend_or = CreateBackend(b.kind, {.threads = b.threads});
+    if (absl::IsUnimplemented(backend_or.status()) || absl::IsUnavailable(backend_or.status())) {
+      continue;  // no GPU here
+    }
+    ASSERT_TRUE(backend_or.ok()) << backend_or.status();
+    body(**backend_or);
+  }
+}
+
 // GatedRmsNorm is GatedSumSquares then GatedNormApply (group_size = the group width) in one
 // pass: the same bits on every backend, and its bf16 out is that f32 out rounded.
 TEST(GatedRmsNormInvariantTest, EqualsItsTwoHalvesBitForBit) {
@@ -128,14 +143,7 @@ TEST(GatedRmsNormInvariantTest, EqualsItsTwoHalvesBitForBit) {
   const std::vector<float> y = RandomFloats(rng, kRows * kWidth, -2.0f, 2.0f);
   const std::vector<float> z = RandomFloats(rng, kRows * kWidth, -4.0f, 4.0f);
   const std::vector<float> w = RandomFloats(rng, kWidth, 0.5f, 1.5f);
-  for (const BackendUnderTest& b : Backends()) {
-    SCOPED_TRACE(b.name);
-    auto backend_or = CreateBackend(b.kind, {.threads = b.threads});
-    if (absl::IsUnimplemented(backend_or.status()) || absl::IsUnavailable(backend_or.status())) {
-      continue;  // no GPU here
-    }
-    ASSERT_TRUE(backend_or.ok()) << backend_or.status();
-    Backend& be = **backend_or;
+  ForEachAvailableBackend([&](Backend& be) {
     const Device dev = be.device();
     auto d_y = DeviceArray::FromFloats(be, y);
     auto d_z = DeviceArray::FromFloats(be, z);
@@ -171,7 +179,123 @@ TEST(GatedRmsNormInvariantTest, EqualsItsTwoHalvesBitForBit) {
     ASSERT_TRUE(two.ok() && one.ok() && one16.ok());
     EXPECT_EQ(*one, *two);
     EXPECT_EQ(Decode(*one16, DType::kBF16), Decode(Encode(*two, DType::kBF16), DType::kBF16));
-  }
+  });
+}
+
+// MixerDecode is CausalConv1d, SsmScan and GatedRmsNorm in turn: the same out and states,
+// bit for bit, on every backend (the CUDA backend fuses them into one launch), twice in a
+// row (the second step resumes from the first's states, and on CUDA reuses the tickets the
+// first left at zero). Decode steps only, and only for heads that hold their groups whole.
+TEST(MixerDecodeInvariantTest, EqualsItsThreeOpsBitForBit) {
+  constexpr int64_t kHeads = 4, kHeadDim = 24, kDState = 20, kGroups = 2, kWidth = 4;
+  constexpr int64_t kE = kHeads * kHeadDim, kC = kE + 2 * kGroups * kDState, kStateRows = 5;
+  constexpr int64_t kRow = kE + kC + kHeads;  // [z | xbc | dt]
+  std::mt19937_64 rng(SeedFromName("MixerDecodeInvariant"));
+  RecurrentBatch batch;
+  batch.Add(1, 3, false, 17);
+  batch.Add(1, kStateRows, true, 0);  // padding on the scratch row
+  batch.Add(1, 0, true, 0);
+  batch.Add(1, 4, false, 5);
+  const int64_t rows = batch.num_seqs();
+  const std::vector<float> packed = RandomFloats(rng, rows * kRow, -2.0f, 2.0f);
+  const std::vector<float> conv_w = RandomFloats(rng, kC * kWidth);
+  const std::vector<float> conv_b = RandomFloats(rng, kC);
+  const std::vector<float> a_log = RandomFloats(rng, kHeads, 0.0f, 2.5f);
+  const std::vector<float> d = RandomFloats(rng, kHeads);
+  const std::vector<float> dt_bias = RandomFloats(rng, kHeads, -4.0f, -1.0f);
+  const std::vector<float> norm_w = RandomFloats(rng, kE, 0.5f, 1.5f);
+  const std::vector<float> conv0 = RandomFloats(rng, (kStateRows + 1) * (kWidth - 1) * kC);
+  const std::vector<float> ssm0 = RandomFloats(rng, (kStateRows + 1) * kE * kDState);
+  ForEachAvailableBackend([&](Backend& be) {
+    const Device dev = be.device();
+    auto array = [&](const std::vector<float>& v) {
+      auto a = DeviceArray::FromFloats(be, v);
+      EXPECT_TRUE(a.ok()) << a.status();
+      return std::move(a).value();
+    };
+    DeviceArray d_packed = array(packed), d_conv_w = array(conv_w), d_conv_b = array(conv_b),
+                d_a = array(a_log), d_d = array(d), d_bias = array(dt_bias),
+                d_norm_w = array(norm_w);
+    auto t = [&](const DeviceArray& a, std::initializer_list<int64_t> shape) {
+      return Tensor(a.data(), DType::kF32, shape, dev);
+    };
+    const Tensor in(d_packed.data(), DType::kF32, {rows, kRow}, dev);
+    const Tensor z = in.Columns(0, kE), xbc_in = in.Columns(kE, kC),
+                 dt = in.Columns(kE + kC, kHeads);
+    const MixerWeights w{t(d_conv_w, {kC, kWidth}), t(d_conv_b, {kC}), t(d_a, {kHeads}),
+                         t(d_d, {kHeads}),          t(d_bias, {kHeads}), t(d_norm_w, {kE})};
+    SsmScanOptions options;
+    options.chunk_size = 8;
+    // Path 0: the fused op; path 1: the three ops. Each with its own states and outputs.
+    std::vector<float> outs[2], convs[2], ssms[2];
+    for (int path = 0; path < 2; ++path) {
+      DeviceArray conv = array(conv0), ssm = array(ssm0);
+      DeviceArray xbc = array(std::vector<float>(rows * kC)), y = array(std::vector<float>(rows * kE));
+      DeviceArray out = array(std::vector<float>(rows * kE));
+      const Tensor conv_t = t(conv, {kStateRows + 1, kWidth - 1, kC});
+      const Tensor ssm_t = t(ssm, {kStateRows + 1, kHeads, kHeadDim, kDState});
+      const Tensor xbc_t = t(xbc, {rows, kC}), y_t = t(y, {rows, kE}), out_t = t(out, {rows, kE});
+      for (int step = 0; step < 2; ++step) {
+        if (path == 0) {
+          ASSERT_TRUE(
+              be.MixerDecode(xbc_in, dt, z, w, options, 1e-5f, batch, conv_t, ssm_t, xbc_t, y_t,
+                             out_t)
+                  .ok());
+        } else {
+          ASSERT_TRUE(be.CausalConv1d(xbc_in, w.conv_weight, w.conv_bias, batch, conv_t, xbc_t).ok());
+          ASSERT_TRUE(be.SsmScan(xbc_t.Columns(0, kE), dt, w.a_log,
+                                 xbc_t.Columns(kE, kGroups * kDState),
+                                 xbc_t.Columns(kE + kGroups * kDState, kGroups * kDState), w.d,
+                                 w.dt_bias, options, batch, ssm_t, y_t)
+                          .ok());
+          ASSERT_TRUE(be.GatedRmsNorm(y_t, z, w.norm_weight, kGroups, 1e-5f, out_t).ok());
+        }
+        batch.fresh.assign(batch.fresh.size(), 0);  // the second step resumes
+        batch.fresh[1] = 1;
+      }
+      batch.fresh = {0, 1, 1, 0};
+      auto o = out.ReadFloats();
+      auto c = conv.ReadFloats();
+      auto s = ssm.ReadFloats();
+      ASSERT_TRUE(o.ok() && c.ok() && s.ok());
+      outs[path] = *o;
+      convs[path] = *c;
+      ssms[path] = *s;
+    }
+    EXPECT_EQ(outs[0], outs[1]);
+    EXPECT_EQ(convs[0], convs[1]);
+    EXPECT_EQ(ssms[0], ssms[1]);
+    EXPECT_NE(convs[0], conv0);  // the states moved
+
+    // Refused: a run of two tokens, heads starting inside a group, a wrong xbc width.
+    DeviceArray conv = array(conv0), ssm = array(ssm0);
+    DeviceArray scratch = array(std::vector<float>(2 * rows * kC));
+    const Tensor conv_t = t(conv, {kStateRows + 1, kWidth - 1, kC});
+    const Tensor ssm_t = t(ssm, {kStateRows + 1, kHeads, kHeadDim, kDState});
+    const Tensor xbc_t = t(scratch, {rows, kC}), y_t = t(scratch, {rows, kE});
+    RecurrentBatch prefill;
+    prefill.Add(2, 0, true, 0);
+    prefill.Add(1, 1, false, 3);
+    prefill.Add(1, 2, false, 3);
+    const absl::Status long_run =
+        be.MixerDecode(xbc_in, dt, z, w, options, 1e-5f, prefill, conv_t, ssm_t, xbc_t, y_t, y_t);
+    EXPECT_TRUE(absl::IsInvalidArgument(long_run)) << long_run;
+    EXPECT_NE(long_run.message().find("runs 2 tokens"), std::string::npos) << long_run;
+    SsmScanOptions split = options;
+    split.heads_per_group = 2;
+    split.first_head_in_group = 1;
+    const absl::Status partial =
+        be.MixerDecode(xbc_in, dt, z, w, split, 1e-5f, batch, conv_t, ssm_t, xbc_t, y_t, y_t);
+    EXPECT_TRUE(absl::IsInvalidArgument(partial)) << partial;
+    const absl::Status width = be.MixerDecode(
+        in.Columns(kE, kC - 1), dt, z,
+        MixerWeights{t(d_conv_w, {kC - 1, kWidth}), t(d_conv_b, {kC - 1}), w.a_log, w.d,
+                     w.dt_bias, w.norm_weight},
+        options, 1e-5f, batch, Tensor(conv.data(), DType::kF32, {kStateRows + 1, kWidth - 1, kC - 1}, dev),
+        ssm_t, t(scratch, {rows, kC - 1}), y_t, y_t);
+    EXPECT_TRUE(absl::IsInvalidArgument(width)) << width;
+    EXPECT_NE(width.message().find("2 * ngroups * d_state"), std::string::npos) << width;
+  });
 }
 
 }  // namespace

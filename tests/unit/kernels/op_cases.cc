@@ -596,6 +596,119 @@ class GatedRmsNormCase : public OpCase {
   std::optional<DeviceArray> d_y_, d_z_, d_w_, d_o_;
 };
 
+// ---------------------------------------------------------------- MixerDecode
+struct MixerShape {
+  int64_t heads, headdim, d_state, groups, width;
+};
+
+class MixerDecodeCase : public OpCase {
+ public:
+  // runs: 1 (a decode token) or 0 (a padding entry on the scratch row).
+  MixerDecodeCase(MixerShape shape, std::vector<int32_t> runs, int state_rows,
+                  DType out_dtype = DType::kF32, BatchMix mix = {})
+      : s_(shape), runs_(std::move(runs)), state_rows_(state_rows), out_dtype_(out_dtype),
+        mix_(mix) {}
+  std::string Op() const override { return "MixerDecode"; }
+  std::string Params() const override {
+    return absl::StrCat(out_dtype_ == DType::kBF16 ? "outbf16" : "f32", "_h", s_.heads, "_p",
+                        s_.headdim, "_ds", s_.d_state, "_g", s_.groups, "_w", s_.width, "_runs",
+                        RunsName(runs_), "_rows", state_rows_, mix_.Name());
+  }
+  // Both sides round out to bf16 from f32 values that may differ in their last bits (the
+  // reference's sums run in another order), which can move an element by one bf16 step.
+  double max_nmse() const override { return out_dtype_ == DType::kBF16 ? 1e-5 : OpCase::max_nmse(); }
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    batch_ = MakeBatch(rng, runs_, state_rows_, mix_);
+    rows_ = batch_.cu_seqlens.back();
+    e_ = s_.heads * s_.headdim;
+    c_ = e_ + 2 * s_.groups * s_.d_state;
+    // One in_proj row [z | xbc | dt] and two columns of padding, as the model slices it.
+    row_width_ = e_ + c_ + s_.heads + 2;
+    packed_ = RandomFloats(rng, rows_ * row_width_, -2.0f, 2.0f);
+    conv_w_ = RandomFloats(rng, c_ * s_.width);
+    conv_b_ = RandomFloats(rng, c_);
+    a_log_ = RandomFloats(rng, s_.heads, 0.0f, 2.5f);
+    d_ = RandomFloats(rng, s_.heads);
+    dt_bias_ = RandomFloats(rng, s_.heads, -4.0f, -1.0f);
+    norm_w_ = RandomFloats(rng, e_, 0.5f, 1.5f);
+    conv_state_ = RandomFloats(rng, (state_rows_ + 1) * (s_.width - 1) * c_);
+    ssm_state_ = RandomFloats(rng, (state_rows_ + 1) * e_ * s_.d_state);
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_packed_, DeviceArray::FromFloats(backend, packed_));
+    COIL_ASSIGN_OR_RETURN(d_conv_w_, DeviceArray::FromFloats(backend, conv_w_));
+    COIL_ASSIGN_OR_RETURN(d_conv_b_, DeviceArray::FromFloats(backend, conv_b_));
+    COIL_ASSIGN_OR_RETURN(d_a_, DeviceArray::FromFloats(backend, a_log_));
+    COIL_ASSIGN_OR_RETURN(d_d_, DeviceArray::FromFloats(backend, d_));
+    COIL_ASSIGN_OR_RETURN(d_bias_, DeviceArray::FromFloats(backend, dt_bias_));
+    COIL_ASSIGN_OR_RETURN(d_norm_w_, DeviceArray::FromFloats(backend, norm_w_));
+    COIL_ASSIGN_OR_RETURN(d_conv_state_, DeviceArray::FromFloats(backend, conv_state_));
+    COIL_ASSIGN_OR_RETURN(d_ssm_state_, DeviceArray::FromFloats(backend, ssm_state_));
+    // Poisoned: xbc and y are scratch, out must be written everywhere.
+    const float nan = std::nanf("");
+    COIL_ASSIGN_OR_RETURN(d_xbc_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * c_, nan)));
+    COIL_ASSIGN_OR_RETURN(d_y_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * e_, nan)));
+    COIL_ASSIGN_OR_RETURN(
+        d_out_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * e_, nan), out_dtype_));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    const Device dev = backend.device();
+    const Tensor packed(d_packed_->data(), DType::kF32, {rows_, row_width_}, dev);
+    const MixerWeights weights{
+        Tensor(d_conv_w_->data(), DType::kF32, {c_, s_.width}, dev),
+        Tensor(d_conv_b_->data(), DType::kF32, {c_}, dev),
+        Tensor(d_a_->data(), DType::kF32, {s_.heads}, dev),
+        Tensor(d_d_->data(), DType::kF32, {s_.heads}, dev),
+        Tensor(d_bias_->data(), DType::kF32, {s_.heads}, dev),
+        Tensor(d_norm_w_->data(), DType::kF32, {e_}, dev)};
+    SsmScanOptions options;
+    options.chunk_size = 8;
+    return backend.MixerDecode(
+        packed.Columns(e_, c_), packed.Columns(e_ + c_, s_.heads), packed.Columns(0, e_), weights,
+        options, 1e-5f, batch_,
+        Tensor(d_conv_state_->data(), DType::kF32, {state_rows_ + 1, s_.width - 1, c_}, dev),
+        Tensor(d_ssm_state_->data(), DType::kF32,
+               {state_rows_ + 1, s_.heads, s_.headdim, s_.d_state}, dev),
+        Tensor(d_xbc_->data(), DType::kF32, {rows_, c_}, dev),
+        Tensor(d_y_->data(), DType::kF32, {rows_, e_}, dev),
+        Tensor(d_out_->data(), out_dtype_, {rows_, e_}, dev));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    COIL_ASSIGN_OR_RETURN(auto out, d_out_->Read());
+    COIL_ASSIGN_OR_RETURN(auto conv_state, d_conv_state_->ReadFloats());
+    COIL_ASSIGN_OR_RETURN(auto ssm_state, d_ssm_state_->ReadFloats());
+    r.outputs.emplace_back("out", Decode(out, out_dtype_));
+    SplitStateRows("conv_state", conv_state_, conv_state, (s_.width - 1) * c_, batch_, r);
+    SplitStateRows("ssm_state", ssm_state_, ssm_state, e_ * s_.d_state, batch_, r);
+    return r;
+  }
+  double flops() const override {
+    return rows_ * (2.0 * c_ * s_.width + 5.0 * e_ * s_.d_state + 10.0 * e_);
+  }
+  double bytes() const override {
+    // The states read and written once, the inputs and out read or written once.
+    return 4.0 * (2.0 * runs_.size() * (e_ * s_.d_state + (s_.width - 1) * c_) +
+                  rows_ * (c_ + s_.heads + 2.0 * e_)) +
+           rows_ * e_ * (out_dtype_ == DType::kBF16 ? 2.0 : 4.0);
+  }
+
+ private:
+  MixerShape s_;
+  std::vector<int32_t> runs_;
+  int state_rows_;
+  DType out_dtype_;
+  BatchMix mix_;
+  RecurrentBatch batch_;
+  int64_t rows_ = 0, e_ = 0, c_ = 0, row_width_ = 0;
+  std::vector<float> packed_, conv_w_, conv_b_, a_log_, d_, dt_bias_, norm_w_, conv_state_,
+      ssm_state_;
+  std::optional<DeviceArray> d_packed_, d_conv_w_, d_conv_b_, d_a_, d_d_, d_bias_, d_norm_w_,
+      d_conv_state_, d_ssm_state_, d_xbc_, d_y_, d_out_;
+};
+
 // ---------------------------------------------------------------- Argmax
 class ArgmaxCase : public OpCase {
  public:
@@ -882,6 +995,21 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   cases.push_back(std::make_unique<GatedRmsNormCase>(3, 999, 3, true));
   cases.push_back(std::make_unique<GatedRmsNormCase>(4, 1536, 1, false, DType::kBF16));
   cases.push_back(std::make_unique<GatedNormApplyCase>(3, 999, 3, 333, true, DType::kBF16));
+  // The fused decode mixer: a headdim that leaves a partial tile (24 = 16 + 8), vector and
+  // scalar state loads (d_state 20, 18), two and three groups, fresh and resuming sequences,
+  // padding entries sharing the scratch row; mamba2's head shape with bf16 out; and many
+  // sequences (tickets for each of them).
+  cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{4, 24, 20, 2, 4},
+                                                    std::vector<int32_t>{1, 1, 0, 1, 0, 1}, 6,
+                                                    DType::kF32, BatchMix{.fresh_every = 3}));
+  cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{6, 16, 18, 3, 3},
+                                                    std::vector<int32_t>{1, 1, 1}, 4));
+  cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{4, 64, 128, 1, 4},
+                                                    std::vector<int32_t>{1, 0, 1, 1}, 5,
+                                                    DType::kBF16));
+  cases.push_back(std::make_unique<MixerDecodeCase>(
+      MixerShape{2, 8, 16, 1, 4}, CycledRuns(300, {1, 1, 0, 1}), 300, DType::kF32,
+      BatchMix{.fresh_every = 7}));
   cases.push_back(std::make_unique<ArgmaxCase>(6, 1000));
   cases.push_back(std::make_unique<ArgmaxCase>(3, 37));
   cases.push_back(std::make_unique<ArgmaxCase>(4, 1000, true));
@@ -923,6 +1051,10 @@ std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode) {
   cases.push_back(std::make_unique<GatedSumSquaresCase>(rows, 1536, 1));
   cases.push_back(std::make_unique<GatedNormApplyCase>(rows, 1536, 1, 1536));
   cases.push_back(std::make_unique<GatedRmsNormCase>(rows, 1536, 1, false, DType::kBF16));
+  if (decode) {  // what a decode step of a bf16 model runs between in_proj and out_proj
+    cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{24, 64, 128, 1, 4}, runs,
+                                                      state_rows, DType::kBF16));
+  }
   cases.push_back(std::make_unique<ArgmaxCase>(rows, 50288));
   cases.push_back(std::make_unique<GumbelArgmaxCase>(rows, 50277, 0, true, false));
   return cases;

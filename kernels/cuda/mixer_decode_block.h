@@ -1,0 +1,198 @@
+// One block of the fused mixer decode (Backend::MixerDecode on CUDA: mixer_decode.cu launches
+// it, and tests/unit/kernels/cuda/mixer_emulation_test.cc runs the same body on the host).
+// A block is one (sequence, head, tile of kMixerRows headdim rows) of a decode step, where
+// every run is one token and every head's B/C group lies on this rank:
+//  1. the causal conv outputs it needs: the group's B and C channels (their history only
+//     read: every block of the group reads it) and the tile's x channels (history shifted in
+//     place: no other block owns them), into shared memory;
+//  2. the one-token state update of the tile's rows (SsmDecodeLane, a warp per kMixerRowsPerWarp
+//     rows), y = state . c + D x into y;
+//  3. a ticket per (sequence, group): the last of the group's blocks to take one shifts the
+//     group's B/C conv histories (every block has read them by then) and applies the gated
+//     RMSNorm to the group's columns of y (every block has written them), as GatedRmsNorm
+//     takes it, then resets the ticket to zero for the next launch.
+// Every formula is the unfused kernels' own (ConvDecodeValue, SsmDecodeLane with the same
+// lane mapping and warp sum, GatedPartialSumSquares with the same block size and BlockSum),
+// so the fused op has the bits of CausalConv1d, SsmScan and GatedRmsNorm run in turn.
+#ifndef COIL_KERNELS_CUDA_MIXER_DECODE_BLOCK_H_
+#define COIL_KERNELS_CUDA_MIXER_DECODE_BLOCK_H_
+
+#include <cstdint>
+
+#include "kernels/cuda/causal_conv1d_math.h"
+#include "kernels/cuda/gated_norm_math.h"
+#include "kernels/cuda/ssm_scan_math.h"
+
+namespace coil::cuda {
+
+// The block size equals the row kernels' (kRowThreads, checked in mixer_decode.cu): the
+// norm's per-thread columns and BlockSum order then match GatedRmsNormKernel's.
+inline constexpr int kMixerThreads = 256;
+inline constexpr int kMixerWarps = kMixerThreads / 32;
+inline constexpr int kMixerRowsPerWarp = 2;
+inline constexpr int kMixerRows = kMixerWarps * kMixerRowsPerWarp;  // headdim rows per block
+
+struct MixerDecodeParams {
+  ConvParams conv;     // x = xbc_in, weight, bias, state = conv_state, the batch; out unused
+  SsmScanParams scan;  // dt, a_log, d, dt_bias, state = ssm_state, y, the batch; x, b, c unused
+  const float* z;      // [rows, E], row stride z_stride
+  int64_t z_stride;
+  const float* norm_weight;  // [E]
+  float norm_eps;
+  int64_t out_stride;
+  int32_t* tickets;  // [num_seqs * groups], zero before and after every launch
+  int32_t p_tiles;   // ceil(headdim / kMixerRows)
+};
+
+// The block's shared memory: [b (N) | c (N)], the tile's x values, BlockSum's scratch and
+// the last-block flag, carved from 2 N + kMixerRows + 33 floats.
+struct MixerSmem {
+  float* bc;
+  float* x;
+  float* sums;
+  int32_t* last;
+};
+
+COIL_HOST_DEVICE inline int64_t MixerSmemFloats(int32_t d_state) {
+  return 2 * static_cast<int64_t>(d_state) + kMixerRows + 32 + 1;
+}
+
+COIL_HOST_DEVICE inline MixerSmem MixerSmemAt(float* base, int32_t d_state) {
+  float* x = base + 2 * static_cast<int64_t>(d_state);
+  return {base, x, x + kMixerRows, reinterpret_cast<int32_t*>(x + kMixerRows + 32)};
+}
+
+// xbc_in's channel of entry n of the group's [b | c] shared row.
+COIL_HOST_DEVICE inline int32_t MixerBcChannel(const SsmScanParams& s, int32_t group, int32_t n) {
+  const int32_t e = s.heads * s.headdim, gn = s.groups * s.d_state;
+  return n < s.d_state ? e + group * s.d_state + n : e + gn + group * s.d_state + (n - s.d_state);
+}
+
+template <int kVec, int kSteps, typename Exec, typename Store>
+COIL_HOST_DEVICE void MixerDecodeBlock(Exec& ex, const MixerSmem& sm, const MixerDecodeParams& p,
+                                       int64_t block, Store store) {
+  constexpr int R = kMixerRowsPerWarp;
+  const SsmScanParams& s = p.scan;
+  const int32_t tile = static_cast<int32_t>(block % p.p_tiles);
+  const int32_t head = static_cast<int32_t>((block / p.p_tiles) % s.heads);
+  const int32_t seq = static_cast<int32_t>(block / p.p_tiles / s.heads);
+  const int32_t N = s.d_state, P = s.headdim;
+  const int32_t group = SsmGroupOf(s, head);
+  const int64_t row = s.cu_seqlens[seq];  // every run is one token (checked by the Backend)
+  const int32_t p0 = tile * kMixerRows;
+
+  // 1. Conv outputs.
+  ex.Threads([&](int tid) {
+    for (int32_t n = tid; n < 2 * N; n += kMixerThreads) {
+      sm.bc[n] = ConvDecodeValue(p.conv, seq, MixerBcChannel(s, group, n), false);
+    }
+    if (tid < kMixerRows && p0 + tid < P) {
+      sm.x[tid] = ConvDecodeValue(p.conv, seq, head * P + p0 + tid, true);
+    }
+  });
+  ex.Sync();
+
+  // 2. The state update and y.
+  const float dtv = SsmDt(s, row, head);
+  const float decay = expf(SsmA(s, head) * dtv);
+  const int32_t slot = s.slots[seq];
+  const bool scratch = slot == s.state_rows;
+  const bool zero = scratch || s.fresh[seq] != 0;
+  float* state = s.state + (static_cast<int64_t>(slot) * s.heads + head) * P * N;
+  typename Exec::template PerThread<float> acc[R];
+  ex.Threads([&](int tid) {
+    const int warp = tid >> 5, lane = tid & 31;
+    const int32_t p_base = p0 + warp * R;
+    float xdt[R], a[R];
+    for (int r = 0; r < R; ++r) {
+      xdt[r] = p_base + r < P ? sm.x[warp * R + r] * dtv : 0.0f;
+      a[r] = 0.0f;
+    }
+    SsmDecodeLane<kVec, kSteps, R>(s, sm.bc, sm.bc + N, state, zero, scratch, decay, xdt, p_base,
+                                   lane, a);
+    for (int r = 0; r < R; ++r) acc[r](tid) = a[r];
+  });
+  const float dh = s.d[head];
+  float* y_row = s.y + row * s.y_stride;
+  ex.Threads([&](int tid) {
+    const int warp = tid >> 5, lane = tid & 31;
+    for (int r = 0; r < R; ++r) {
+      const float sum = ex.WarpSum(acc[r], tid);
+      const int32_t pr = p0 + warp * R + r;
+      if (lane == 0 && pr < P) y_row[head * P + pr] = sum + dh * sm.x[warp * R + r];
+    }
+  });
+
+  // 3. The group's ticket; only its last block goes on.
+  ex.FenceSync();  // every y write of this block is visible before its ticket
+  int32_t* ticket = p.tickets + static_cast<int64_t>(seq) * s.groups + group;
+  const int32_t blocks_in_group = s.heads_per_group * p.p_tiles;
+  ex.Threads([&](int tid) {
+    if (tid == 0) *sm.last = ex.TakeTicket(ticket) == blocks_in_group - 1 ? 1 : 0;
+  });
+  ex.Sync();
+  if (*sm.last == 0) return;  // the same answer in every thread of the block
+  ex.Acquire();               // the other blocks' y and their reads come before what follows
+
+  ex.Threads([&](int tid) {
+    for (int32_t n = tid; n < 2 * N; n += kMixerThreads) {
+      ConvDecodeValue(p.conv, seq, MixerBcChannel(s, group, n), true);
+    }
+    if (tid == 0) *ticket = 0;
+  });
+  const int64_t width = static_cast<int64_t>(s.heads_per_group) * P;
+  const int64_t begin = group * width;
+  const float* zr = p.z + row * p.z_stride;
+  typename Exec::template PerThread<float> part;
+  ex.Threads([&](int tid) {
+    part(tid) = GatedPartialSumSquares([&](int64_t i) { return ex.LoadY(y_row + i); }, zr,
+                                       nullptr, begin, width, tid, kMixerThreads);
+  });
+  const float scale = GatedNormScale(ex.BlockSum(part, sm.sums), static_cast<float>(width),
+                                     p.norm_eps);
+  ex.Threads([&](int tid) {
+    for (int64_t i = begin + tid; i < begin + width; i += kMixerThreads) {
+      const float v = ex.LoadY(y_row + i) * GatedSilu(zr[i]);
+      store(row * p.out_stride + i, v * scale * p.norm_weight[i]);
+    }
+  });
+}
+
+// The host's stand-in for a block: each Threads() step runs for every thread in turn (the
+// steps are what the barriers delimit), warp and block sums in the GPU's butterfly order.
+struct MixerHostExec {
+  template <typename T>
+  struct PerThread {
+    T v[kMixerThreads];
+    T& operator()(int tid) { return v[tid]; }
+  };
+  template <typename F>
+  void Threads(F f) {
+    for (int tid = 0; tid < kMixerThreads; ++tid) f(tid);
+  }
+  void Sync() {}
+  void FenceSync() {}
+  void Acquire() {}
+  static float Butterfly(const float* lanes, int lane) {
+    float v[32];
+    for (int l = 0; l < 32; ++l) v[l] = lanes[l];
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      float next[32];
+      for (int l = 0; l < 32; ++l) next[l] = v[l] + v[l ^ offset];
+      for (int l = 0; l < 32; ++l) v[l] = next[l];
+    }
+    return v[lane];
+  }
+  float WarpSum(PerThread<float>& v, int tid) { return Butterfly(&v.v[tid & ~31], tid & 31); }
+  float BlockSum(PerThread<float>& v, float* /*scratch*/) {
+    float total = 0.0f;
+    for (int w = 0; w < kMixerWarps; ++w) total += Butterfly(&v.v[w * 32], 0);
+    return total;
+  }
+  float LoadY(const float* y) { return *y; }
+  int32_t TakeTicket(int32_t* ticket) { return (*ticket)++; }
+};
+
+}  // namespace coil::cuda
+
+#endif  // COIL_KERNELS_CUDA_MIXER_DECODE_BLOCK_H_

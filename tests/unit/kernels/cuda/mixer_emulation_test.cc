@@ -1,0 +1,215 @@
+// The fused CUDA mixer decode's block body (mixer_decode_block.h), run on the host over the
+// kernel's whole grid with MixerHostExec, blocks in a shuffled order, against the CPU
+// reference mode's CausalConv1d, SsmScan and GatedRmsNorm. Checks the block-to-(sequence,
+// head, tile) mapping, partial tiles, the B/C channels each group reads, the tickets (the
+// last block of a group, whichever it is, shifts the shared histories and normalises the
+// group; every ticket is back at zero afterwards), fresh sequences and padding on the
+// scratch row. Runs without a GPU.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/backend_factory.h"
+#include "kernels/cuda/mixer_decode_block.h"
+#include "tests/unit/kernels/op_test_util.h"
+
+namespace coil::cuda {
+namespace {
+
+struct Case {
+  int32_t heads, headdim, d_state, groups, width;
+  int vec, steps;              // the decode lanes' shape (ssm_scan_kernels.cuh picks it)
+  std::vector<int32_t> runs;   // 1: a decode token; 0: a padding entry on the scratch row
+  int32_t state_rows;
+};
+
+std::string CaseName(const Case& c) {
+  return absl::StrCat("h", c.heads, "_p", c.headdim, "_ds", c.d_state, "_g", c.groups, "_w",
+                      c.width, "_v", c.vec, "s", c.steps, "_n", c.runs.size());
+}
+
+void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
+
+class MixerEmulationTest : public ::testing::TestWithParam<Case> {};
+
+template <int kVec, int kSteps>
+void RunGrid(const MixerDecodeParams& p, const std::vector<int64_t>& order,
+             std::vector<float>& out) {
+  std::vector<float> shared(static_cast<size_t>(MixerSmemFloats(p.scan.d_state)));
+  MixerHostExec ex;
+  for (int64_t block : order) {
+    std::fill(shared.begin(), shared.end(), std::nanf(""));  // no state between blocks
+    const MixerSmem sm = MixerSmemAt(shared.data(), p.scan.d_state);
+    MixerDecodeBlock<kVec, kSteps>(ex, sm, p, block,
+                                   [&out](int64_t at, float v) { out[static_cast<size_t>(at)] = v; });
+  }
+}
+
+TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
+  const Case& c = GetParam();
+  std::mt19937_64 rng(::coil::testing::SeedFromName(CaseName(c)));
+  RecurrentBatch batch;
+  const std::vector<int32_t> slots =
+      ::coil::testing::ShuffledSlots(rng, static_cast<int>(c.runs.size()), c.state_rows);
+  for (size_t s = 0; s < c.runs.size(); ++s) {
+    if (c.runs[s] == 0) {
+      batch.Add(1, c.state_rows, true);
+    } else {
+      batch.Add(1, slots[s], s % 3 == 1, 7);
+    }
+  }
+  const int64_t rows = batch.num_seqs();
+  const int64_t E = static_cast<int64_t>(c.heads) * c.headdim;
+  const int64_t C = E + 2 * static_cast<int64_t>(c.groups) * c.d_state;
+  const int64_t row_width = E + C + c.heads + 3;  // [z | xbc | dt | padding]
+  const std::vector<float> packed = ::coil::testing::RandomFloats(rng, rows * row_width, -2.0f, 2.0f);
+  std::vector<float> conv_w = ::coil::testing::RandomFloats(rng, C * c.width);
+  std::vector<float> conv_b = ::coil::testing::RandomFloats(rng, C);
+  std::vector<float> a_log = ::coil::testing::RandomFloats(rng, c.heads, 0.0f, 2.5f);
+  std::vector<float> d = ::coil::testing::RandomFloats(rng, c.heads);
+  std::vector<float> dt_bias = ::coil::testing::RandomFloats(rng, c.heads, -4.0f, -1.0f);
+  std::vector<float> norm_w = ::coil::testing::RandomFloats(rng, E, 0.5f, 1.5f);
+  const std::vector<float> conv0 =
+      ::coil::testing::RandomFloats(rng, (c.state_rows + 1) * (c.width - 1) * C);
+  const std::vector<float> ssm0 =
+      ::coil::testing::RandomFloats(rng, (c.state_rows + 1) * E * c.d_state);
+
+  // The reference: the CPU reference mode's three ops (MixerDecode's default).
+  auto reference = CreateBackend(BackendKind::kCpu, {.threads = 1, .use_reference = true});
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  std::vector<float> in = packed, want_conv = conv0, want_ssm = ssm0;
+  std::vector<float> xbc(rows * C), y(rows * E), want_out(rows * E);
+  const Tensor in_t(in.data(), DType::kF32, {rows, row_width});
+  const MixerWeights w{Tensor(conv_w.data(), DType::kF32, {C, c.width}),
+                       Tensor(conv_b.data(), DType::kF32, {C}),
+                       Tensor(a_log.data(), DType::kF32, {c.heads}),
+                       Tensor(d.data(), DType::kF32, {c.heads}),
+                       Tensor(dt_bias.data(), DType::kF32, {c.heads}),
+                       Tensor(norm_w.data(), DType::kF32, {E})};
+  ASSERT_TRUE((*reference)
+                  ->MixerDecode(in_t.Columns(E, C), in_t.Columns(E + C, c.heads),
+                                in_t.Columns(0, E), w, SsmScanOptions{}, 1e-5f, batch,
+                                Tensor(want_conv.data(), DType::kF32,
+                                       {c.state_rows + 1, c.width - 1, C}),
+                                Tensor(want_ssm.data(), DType::kF32,
+                                       {c.state_rows + 1, c.heads, c.headdim, c.d_state}),
+                                Tensor(xbc.data(), DType::kF32, {rows, C}),
+                                Tensor(y.data(), DType::kF32, {rows, E}),
+                                Tensor(want_out.data(), DType::kF32, {rows, E}))
+                  .ok());
+
+  // The emulated kernel, as LaunchMixerDecode fills its parameters.
+  std::vector<float> got_conv = conv0, got_ssm = ssm0, got_y(rows * E, std::nanf(""));
+  std::vector<float> got_out(rows * E, std::nanf(""));
+  std::vector<int32_t> tickets(rows * c.groups, 0);
+  MixerDecodeParams p{};
+  p.conv.x = packed.data() + E;
+  p.conv.weight = conv_w.data();
+  p.conv.bias = conv_b.data();
+  p.conv.state = got_conv.data();
+  p.conv.x_stride = row_width;
+  p.conv.cu_seqlens = batch.cu_seqlens.data();
+  p.conv.slots = batch.slots.data();
+  p.conv.fresh = batch.fresh.data();
+  p.conv.num_seqs = batch.num_seqs();
+  p.conv.rows = static_cast<int32_t>(rows);
+  p.conv.channels = static_cast<int32_t>(C);
+  p.conv.width = c.width;
+  p.conv.state_rows = c.state_rows;
+  SsmScanParams& s = p.scan;
+  s.dt = packed.data() + E + C;
+  s.a_log = a_log.data();
+  s.d = d.data();
+  s.dt_bias = dt_bias.data();
+  s.state = got_ssm.data();
+  s.y = got_y.data();
+  s.dt_stride = row_width;
+  s.y_stride = E;
+  s.cu_seqlens = batch.cu_seqlens.data();
+  s.slots = batch.slots.data();
+  s.fresh = batch.fresh.data();
+  s.start_positions = batch.start_positions.data();
+  s.num_seqs = batch.num_seqs();
+  s.rows = static_cast<int32_t>(rows);
+  s.heads = c.heads;
+  s.headdim = c.headdim;
+  s.d_state = c.d_state;
+  s.groups = c.groups;
+  s.heads_per_group = c.heads / c.groups;
+  s.first_head = 0;
+  s.state_rows = c.state_rows;
+  s.dt_min = 0.0f;
+  s.dt_max = std::numeric_limits<float>::infinity();
+  p.z = packed.data();
+  p.z_stride = row_width;
+  p.norm_weight = norm_w.data();
+  p.norm_eps = 1e-5f;
+  p.out_stride = E;
+  p.tickets = tickets.data();
+  p.p_tiles = (c.headdim + kMixerRows - 1) / kMixerRows;
+
+  std::vector<int64_t> order(static_cast<size_t>(rows * c.heads * p.p_tiles));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  if (c.vec == 4 && c.steps == 1) {
+    RunGrid<4, 1>(p, order, got_out);
+  } else if (c.vec == 4 && c.steps == 4) {
+    RunGrid<4, 4>(p, order, got_out);
+  } else if (c.vec == 1 && c.steps == 1) {
+    RunGrid<1, 1>(p, order, got_out);
+  } else {
+    ASSERT_TRUE(c.vec == 1 && c.steps == 4) << "no such lane shape";
+    RunGrid<1, 4>(p, order, got_out);
+  }
+
+  EXPECT_LE(::coil::testing::Nmse(got_out, want_out), 1e-9);
+  EXPECT_EQ(tickets, std::vector<int32_t>(tickets.size(), 0)) << "a ticket was left taken";
+  // The states: the slots the batch uses like the reference, every other row (the scratch
+  // row too) bit for bit as it was.
+  auto check_rows = [&](const char* name, const std::vector<float>& got,
+                        const std::vector<float>& want, const std::vector<float>& initial,
+                        int64_t row_floats) {
+    for (int32_t row = 0; row <= c.state_rows; ++row) {
+      const bool used = row != c.state_rows &&
+                        std::find(batch.slots.begin(), batch.slots.end(), row) != batch.slots.end();
+      const std::vector<float> a(got.begin() + row * row_floats, got.begin() + (row + 1) * row_floats);
+      if (used) {
+        const std::vector<float> b(want.begin() + row * row_floats,
+                                   want.begin() + (row + 1) * row_floats);
+        EXPECT_LE(::coil::testing::Nmse(a, b), 1e-9) << name << " slot " << row;
+      } else {
+        EXPECT_EQ(0, std::memcmp(a.data(), initial.data() + row * row_floats,
+                                 row_floats * sizeof(float)))
+            << name << " slot " << row << " is not in the batch but changed";
+      }
+    }
+  };
+  check_rows("conv_state", got_conv, want_conv, conv0, (c.width - 1) * C);
+  check_rows("ssm_state", got_ssm, want_ssm, ssm0, E * c.d_state);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MixerEmulationTest,
+    ::testing::Values(
+        // A partial second tile (24 = 16 + 8), two groups, padding twice.
+        Case{4, 24, 20, 2, 4, 4, 1, {1, 1, 0, 1, 0, 1}, 6},
+        // Scalar loads, three groups of two heads, width 3.
+        Case{6, 16, 18, 3, 3, 1, 1, {1, 1, 1}, 4},
+        // Scalar loads over several per lane; one group; headdim below one tile.
+        Case{2, 10, 70, 1, 4, 1, 4, {1, 0, 1, 1}, 5},
+        // Two spans of 512 columns; width 2 (a history of one entry).
+        Case{2, 8, 600, 2, 2, 4, 4, {1, 1}, 3},
+        // mamba2's head shape: 4 tiles per head, one group; many sequences.
+        Case{4, 64, 128, 1, 4, 4, 1, {1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1}, 12}),
+    [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
+
+}  // namespace
+}  // namespace coil::cuda
