@@ -86,6 +86,9 @@ class Backend {
   class Graph {
    public:
     virtual ~Graph() = default;
+    // The operations a replay launches (kernels, memsets, collectives' kernels): what a
+    // decode step's launch overhead scales with.
+    virtual int64_t nodes() const = 0;
   };
   virtual bool SupportsGraphs() const { return false; }
   absl::Status BeginCapture() { return DoBeginCapture(); }

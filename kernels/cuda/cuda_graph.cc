@@ -18,8 +18,8 @@ namespace {
 
 class CudaGraph final : public Backend::Graph {
  public:
-  CudaGraph(cudaGraphExec_t exec, uint64_t generation, cudaStream_t stream)
-      : exec_(exec), generation_(generation), stream_(stream) {}
+  CudaGraph(cudaGraphExec_t exec, uint64_t generation, cudaStream_t stream, int64_t nodes)
+      : exec_(exec), generation_(generation), stream_(stream), nodes_(nodes) {}
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
   ~CudaGraph() override {
@@ -31,11 +31,13 @@ class CudaGraph final : public Backend::Graph {
   cudaGraphExec_t exec() const { return exec_; }
   uint64_t generation() const { return generation_; }
   cudaStream_t stream() const { return stream_; }
+  int64_t nodes() const override { return nodes_; }
 
  private:
   cudaGraphExec_t exec_;
   uint64_t generation_;
   cudaStream_t stream_;
+  int64_t nodes_;
 };
 
 }  // namespace
@@ -74,6 +76,11 @@ absl::StatusOr<std::unique_ptr<Backend::Graph>> CudaBackend::DoEndCapture() {
         "): an op synchronized or copied to or from the host while capturing; run with "
         "--cuda-graphs=false and report the op"));
   }
+  size_t nodes = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &nodes) != cudaSuccess) {
+    cudaGetLastError();
+    nodes = 0;  // only reported, never relied on
+  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
@@ -83,7 +90,8 @@ absl::StatusOr<std::unique_ptr<Backend::Graph>> CudaBackend::DoEndCapture() {
                                             cudaGetErrorString(instantiated),
                                             "); run with --cuda-graphs=false"));
   }
-  return std::unique_ptr<Graph>(std::make_unique<CudaGraph>(exec, MemoryGeneration(), ctx_.stream));
+  return std::unique_ptr<Graph>(std::make_unique<CudaGraph>(exec, MemoryGeneration(), ctx_.stream,
+                                                             static_cast<int64_t>(nodes)));
 }
 
 absl::Status CudaBackend::DoReplay(const Graph& graph) {

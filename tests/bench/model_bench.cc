@@ -192,8 +192,8 @@ int Main(int argc, char** argv) {
                   "%g TFLOP/s (prefill: 2 flops per weight and token)\n",
                   bandwidth / 1e9, peak / 1e12);
     }
-    std::printf("| phase | batch | tokens/s | ms/step | comm share | bound ms/step | of bound |\n"
-                "|---|---:|---:|---:|---:|---:|---:|\n");
+    std::printf("| phase | batch | tokens/s | ms/step | comm share | bound ms/step | of bound | graph nodes |\n"
+                "|---|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   for (int32_t batch : batches) {
     std::vector<ScheduledSequence> prefill;
@@ -218,9 +218,12 @@ int Main(int argc, char** argv) {
     if (rank == 0) {
       const double per_step = seconds / steps;
       const double bound = bandwidth > 0 ? (weight_bytes + 2.0 * state_bytes * batch) / bandwidth : 0;
-      std::printf("| decode | %d | %.1f | %.4f | %.1f%% | %s | %s |\n", batch, batch * steps / seconds,
-                  per_step * 1e3, comm_share * 100, BoundCell(bound * 1e3).c_str(),
-                  ShareCell(bound, per_step).c_str());
+      // A decode step's launches, when it replays a graph (CUDA): what its overhead scales with.
+      const int64_t nodes = (*m)->graph_nodes(batch);
+      std::printf("| decode | %d | %.1f | %.4f | %.1f%% | %s | %s | %s |\n", batch,
+                  batch * steps / seconds, per_step * 1e3, comm_share * 100,
+                  BoundCell(bound * 1e3).c_str(), ShareCell(bound, per_step).c_str(),
+                  nodes > 0 ? absl::StrCat(nodes).c_str() : "-");
     }
   }
   const int32_t prompt = absl::GetFlag(FLAGS_prefill);
@@ -245,7 +248,7 @@ int Main(int argc, char** argv) {
     if (rank == 0) {
       const double tokens = static_cast<double>(prompt) * prefill_seqs;
       const double bound = peak > 0 ? tokens * flops_per_token / peak : 0;
-      std::printf("| prefill | %d x %d | %.1f | %.4f | %.1f%% | %s | %s |\n", prefill_seqs, prompt,
+      std::printf("| prefill | %d x %d | %.1f | %.4f | %.1f%% | %s | %s | - |\n", prefill_seqs, prompt,
                   tokens / best, best * 1e3, comm_at_best / best * 100,
                   BoundCell(bound * 1e3).c_str(), ShareCell(bound, best).c_str());
     }

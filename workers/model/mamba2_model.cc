@@ -538,6 +538,13 @@ absl::Status Mamba2Model::CaptureDecodeGraph(int64_t bucket, StatePool& pool) {
   return absl::OkStatus();
 }
 
+int64_t Mamba2Model::graph_nodes(int64_t num_seqs) const {
+  const size_t index =
+      static_cast<size_t>(std::countr_zero(static_cast<uint64_t>(DecodeBucket(num_seqs))));
+  if (index >= graphs_.size() || graphs_[index].graph == nullptr) return 0;
+  return graphs_[index].graph->nodes();
+}
+
 absl::StatusOr<int64_t> Mamba2Model::RunDecodeGraph(const StepMetadata& meta, StatePool& pool) {
   // Every rank pads the same way, so the collectives match whether a rank replays its
   // graph or runs the padded batch op by op.

@@ -120,6 +120,9 @@ class Mamba2Model {
   void set_cuda_graphs(bool enabled) { cuda_graphs_ = enabled; }
   int64_t graph_captures() const { return graph_captures_; }
   int64_t graph_replays() const { return graph_replays_; }
+  // The operations the decode graph of `num_seqs` sequences' bucket launches per replay, or
+  // 0 while that bucket has no graph.
+  int64_t graph_nodes(int64_t num_seqs) const;
 
  private:
   // The global id of the first non-NaN column among the `valid` real ones of sampled row
