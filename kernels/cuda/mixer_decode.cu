@@ -1,6 +1,6 @@
 // Backend::MixerDecode on the GPU in one launch: causal conv, one-token state update and
 // gated RMSNorm of a decode step (block body and its contract: mixer_decode_block.h). One
-// block per (sequence, head, tile of 16 headdim rows); a decode layer then takes four
+// block per (sequence, head, tile of 32 headdim rows); a decode layer then takes four
 // launches (norm, in_proj, this, out_proj) instead of six.
 #include <cuda_bf16.h>
 

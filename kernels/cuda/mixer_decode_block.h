@@ -29,7 +29,9 @@ namespace coil::cuda {
 // norm's per-thread columns and BlockSum order then match GatedRmsNormKernel's.
 inline constexpr int kMixerThreads = 256;
 inline constexpr int kMixerWarps = kMixerThreads / 32;
-inline constexpr int kMixerRowsPerWarp = 2;
+// Four rows per warp (as SsmDecodeKernel): 32 headdim rows per block, so that the B/C conv
+// each block recomputes for its group is spread over twice the state of 16-row tiles.
+inline constexpr int kMixerRowsPerWarp = 4;
 inline constexpr int kMixerRows = kMixerWarps * kMixerRowsPerWarp;  // headdim rows per block
 
 struct MixerDecodeParams {

@@ -995,7 +995,7 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   cases.push_back(std::make_unique<GatedRmsNormCase>(3, 999, 3, true));
   cases.push_back(std::make_unique<GatedRmsNormCase>(4, 1536, 1, false, DType::kBF16));
   cases.push_back(std::make_unique<GatedNormApplyCase>(3, 999, 3, 333, true, DType::kBF16));
-  // The fused decode mixer: a headdim that leaves a partial tile (24 = 16 + 8), vector and
+  // The fused decode mixer: headdims that leave a partial tile (24; 40 = 32 + 8), vector and
   // scalar state loads (d_state 20, 18), two and three groups, fresh and resuming sequences,
   // padding entries sharing the scratch row; mamba2's head shape with bf16 out; and many
   // sequences (tickets for each of them).
@@ -1004,6 +1004,8 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
                                                     DType::kF32, BatchMix{.fresh_every = 3}));
   cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{6, 16, 18, 3, 3},
                                                     std::vector<int32_t>{1, 1, 1}, 4));
+  cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{2, 40, 16, 1, 3},
+                                                    std::vector<int32_t>{1, 0, 1}, 3));
   cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{4, 64, 128, 1, 4},
                                                     std::vector<int32_t>{1, 0, 1, 1}, 5,
                                                     DType::kBF16));

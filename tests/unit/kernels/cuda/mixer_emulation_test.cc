@@ -199,8 +199,10 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, MixerEmulationTest,
     ::testing::Values(
-        // A partial second tile (24 = 16 + 8), two groups, padding twice.
+        // A partial tile (24 of 32 rows), two groups, padding twice.
         Case{4, 24, 20, 2, 4, 4, 1, {1, 1, 0, 1, 0, 1}, 6},
+        // A partial second tile (40 = 32 + 8).
+        Case{2, 40, 16, 1, 3, 4, 1, {1, 0, 1}, 3},
         // Scalar loads, three groups of two heads, width 3.
         Case{6, 16, 18, 3, 3, 1, 1, {1, 1, 1}, 4},
         // Scalar loads over several per lane; one group; headdim below one tile.
