@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device_inde
   ctx.shared_memory_per_block_optin = prop.sharedMemPerBlockOptin;
   COIL_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
   ctx.workspace = &backend->workspace_;
+  ctx.ssd_plans = &backend->ssd_plans_;
   backend->name_ = absl::StrCat("cuda:", device_index, " (", prop.name, ", sm_", prop.major,
                                 prop.minor, ")");
   COIL_ASSIGN_OR_RETURN(backend->matmul_, CublasLtMatmul::Create(ctx));

@@ -102,6 +102,7 @@ class CudaBackend final : public Backend {
   CudaContext ctx_;
   Workspace workspace_;
   Workspace batch_staging_;
+  SsdPlanCache ssd_plans_;
   Workspace mixer_tickets_;  // MixerDecode's per-(sequence, group) tickets, zero between ops
   std::vector<int32_t> batch_host_;  // the packed host image of an uploaded batch
   std::unique_ptr<CublasLtMatmul> matmul_;

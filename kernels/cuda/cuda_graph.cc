@@ -104,6 +104,8 @@ absl::Status CudaBackend::DoReplay(const Graph& graph) {
     return absl::FailedPreconditionError(
         "the graph refers to op scratch memory reallocated since its capture; capture it again");
   }
+  // A graph with a chunked scan in it rewrites the chunk list for its own batch.
+  ssd_plans_.ForgetDeviceList();
   COIL_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(cuda_graph->exec(), ctx_.stream));
   return absl::OkStatus();
 }

@@ -51,6 +51,7 @@ struct CudaContext {
   int compute_capability = 0;  // major * 10 + minor
   size_t shared_memory_per_block_optin = 0;
   Workspace* workspace = nullptr;  // op scratch (e.g. SSD chunk states); not for matmul
+  SsdPlanCache* ssd_plans = nullptr;  // the chunked scan's plan, built once per step
 };
 
 // The conv and scan kernels' parameters from the ops' tensors (device mirrors of the batch),

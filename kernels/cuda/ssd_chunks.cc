@@ -27,4 +27,20 @@ SsdChunkPlan BuildSsdChunkPlan(const RecurrentBatch& batch, int64_t chunk_size, 
   return plan;
 }
 
+const SsdChunkPlan& SsdPlanCache::PlanFor(const RecurrentBatch& batch, int64_t chunk_size,
+                                          int64_t groups) {
+  if (valid_ && chunk_size == chunk_size_ && groups == groups_ && batch.cu_seqlens == cu_seqlens_ &&
+      batch.start_positions == start_positions_) {
+    return plan_;
+  }
+  plan_ = BuildSsdChunkPlan(batch, chunk_size, groups);
+  cu_seqlens_ = batch.cu_seqlens;
+  start_positions_ = batch.start_positions;
+  chunk_size_ = chunk_size;
+  groups_ = groups;
+  valid_ = true;
+  device_valid_ = false;
+  return plan_;
+}
+
 }  // namespace coil::cuda

@@ -93,6 +93,39 @@ struct SsdChunkPlan {
 // `groups` scales the C B^T offsets (each chunk holds one block per group).
 SsdChunkPlan BuildSsdChunkPlan(const RecurrentBatch& batch, int64_t chunk_size, int64_t groups);
 
+// The last chunked scan's plan, kept by the CUDA backend: every layer of a step scans the
+// same batch, so the host geometry and the device chunk list are built once per step rather
+// than once per layer. The plan depends only on the batch's host run lengths and start
+// positions, chunk_size and groups (the key); the device list on those and on where it was
+// built (the workspace address and generation: a reallocated workspace holds no list).
+class SsdPlanCache {
+ public:
+  // The plan of (batch, chunk_size, groups): the cached one when the key matches the last
+  // call's, else built afresh, which also forgets the device list.
+  const SsdChunkPlan& PlanFor(const RecurrentBatch& batch, int64_t chunk_size, int64_t groups);
+  // Whether the device list of the current plan was built at `at` in workspace generation
+  // `generation` (and not overwritten since: see ForgetDeviceList).
+  bool HasDeviceList(const void* at, uint64_t generation) const {
+    return device_valid_ && device_at_ == at && device_generation_ == generation;
+  }
+  void SetDeviceList(const void* at, uint64_t generation) {
+    device_valid_ = true;
+    device_at_ = at;
+    device_generation_ = generation;
+  }
+  // After anything that may have rewritten the list (a graph replay, a capture).
+  void ForgetDeviceList() { device_valid_ = false; }
+
+ private:
+  bool valid_ = false;
+  std::vector<int32_t> cu_seqlens_, start_positions_;
+  int64_t chunk_size_ = 0, groups_ = 0;
+  SsdChunkPlan plan_;
+  bool device_valid_ = false;
+  const void* device_at_ = nullptr;
+  uint64_t device_generation_ = 0;
+};
+
 }  // namespace coil::cuda
 
 #endif  // COIL_KERNELS_CUDA_SSD_CHUNKS_H_

@@ -206,7 +206,7 @@ absl::Status LaunchTiledPhases(const CudaContext& ctx, const SsmScanParams& p,
 absl::Status LaunchSsdChunked(const CudaContext& ctx, const SsmScanParams& p,
                               const RecurrentBatch& batch, int64_t chunk_size,
                               bool bf16_products) {
-  const SsdChunkPlan plan = BuildSsdChunkPlan(batch, chunk_size, p.groups);
+  const SsdChunkPlan& plan = ctx.ssd_plans->PlanFor(batch, chunk_size, p.groups);
   const int64_t num_chunks = static_cast<int64_t>(plan.chunks.size());
   if (num_chunks == 0) return absl::OkStatus();
   const int64_t t_tiles = (plan.max_length + kTile - 1) / kTile;
@@ -226,10 +226,22 @@ absl::Status LaunchSsdChunked(const CudaContext& ctx, const SsmScanParams& p,
   COIL_ASSIGN_OR_RETURN(void* scratch, ctx.workspace->Get(layout.total, ctx.stream));
   const SsdScratch w = SsdScratchAt(scratch, layout);
 
-  BuildChunksKernel<<<1, kBuildThreads, 0, ctx.stream>>>(p.cu_seqlens, p.start_positions,
-                                                         p.num_seqs, chunk_size, p.groups, w.chunks,
-                                                         w.seq_first_chunk);
-  COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  // The chunk list, unless this step's previous layer left it in place. Recorded into a
+  // capture it is not built yet, so it is never taken as built then.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  COIL_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ctx.stream, &capture));
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  if (capturing || !ctx.ssd_plans->HasDeviceList(scratch, ctx.workspace->generation())) {
+    BuildChunksKernel<<<1, kBuildThreads, 0, ctx.stream>>>(p.cu_seqlens, p.start_positions,
+                                                           p.num_seqs, chunk_size, p.groups,
+                                                           w.chunks, w.seq_first_chunk);
+    COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    if (capturing) {
+      ctx.ssd_plans->ForgetDeviceList();
+    } else {
+      ctx.ssd_plans->SetDeviceList(scratch, ctx.workspace->generation());
+    }
+  }
   ChunkCumsumKernel<<<static_cast<unsigned>(num_chunks), kCumsumWarps * 32, 0, ctx.stream>>>(p, w);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (bf16_products && ctx.compute_capability >= 80) {

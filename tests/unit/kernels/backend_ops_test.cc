@@ -10,6 +10,8 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
@@ -179,6 +181,33 @@ TEST(GatedRmsNormInvariantTest, EqualsItsTwoHalvesBitForBit) {
     ASSERT_TRUE(two.ok() && one.ok() && one16.ok());
     EXPECT_EQ(*one, *two);
     EXPECT_EQ(Decode(*one16, DType::kBF16), Decode(Encode(*two, DType::kBF16), DType::kBF16));
+  });
+}
+
+// A backend may keep what it derives from a batch between ops (the CUDA backend builds the
+// chunked scan's chunk list once per step, not once per layer): every scan case run once in
+// turn, then each twice in a row on the same backend, gives the same bits every time.
+TEST(SsmScanPlanReuseTest, RepeatedAndInterleavedScansGiveTheSameBits) {
+  ForEachAvailableBackend([&](Backend& be) {
+    std::vector<std::vector<std::pair<std::string, std::vector<float>>>> first;
+    std::vector<std::unique_ptr<OpCase>> cases;
+    for (auto& c : TestOpCases()) {
+      if (c->Op() == "SsmScan") cases.push_back(std::move(c));
+    }
+    ASSERT_GT(cases.size(), 10u);
+    for (auto& c : cases) {
+      c->MakeInputs(SeedFromName(c->Name()));
+      auto r = c->Run(be);
+      ASSERT_TRUE(r.ok()) << c->Name() << ": " << r.status();
+      first.push_back(r->outputs);
+    }
+    for (size_t i = 0; i < cases.size(); ++i) {
+      for (int again = 0; again < 2; ++again) {
+        auto r = cases[i]->Run(be);
+        ASSERT_TRUE(r.ok()) << cases[i]->Name() << ": " << r.status();
+        EXPECT_EQ(r->outputs, first[i]) << cases[i]->Name() << ", run " << again + 2;
+      }
+    }
   });
 }
 

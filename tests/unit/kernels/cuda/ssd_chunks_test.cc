@@ -156,5 +156,66 @@ TEST(SsdChunksTest, TrianglePairsCoverTheLowerTriangleOnce) {
   }
 }
 
+// Chunk-list equality: the pieces, offsets and sequences of two plans.
+bool SamePlan(const SsdChunkPlan& a, const SsdChunkPlan& b) {
+  if (a.chunks.size() != b.chunks.size() || a.seq_first_chunk != b.seq_first_chunk ||
+      a.cb_floats_per_group != b.cb_floats_per_group || a.max_length != b.max_length) {
+    return false;
+  }
+  for (size_t i = 0; i < a.chunks.size(); ++i) {
+    const SsdChunk &x = a.chunks[i], &y = b.chunks[i];
+    if (x.cb_offset != y.cb_offset || x.row0 != y.row0 || x.length != y.length || x.seq != y.seq) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The plan is kept while the layers of a step scan the same batch, and rebuilt (with the
+// device list forgotten) as soon as anything it depends on changes; slots and fresh flags,
+// which it does not depend on, keep it.
+TEST(SsdPlanCacheTest, KeepsThePlanOfTheSameBatchOnly) {
+  RecurrentBatch batch;
+  batch.Add(300, 0, true, 0);
+  batch.Add(1, 1, false, 40);
+  batch.Add(70, 2, false, 500);
+  SsdPlanCache cache;
+  int token = 0;
+  const void* at = &token;
+  const SsdChunkPlan* first = &cache.PlanFor(batch, 64, 2);
+  EXPECT_TRUE(SamePlan(*first, BuildSsdChunkPlan(batch, 64, 2)));
+  EXPECT_FALSE(cache.HasDeviceList(at, 3));
+  cache.SetDeviceList(at, 3);
+  EXPECT_TRUE(cache.HasDeviceList(at, 3));
+  EXPECT_FALSE(cache.HasDeviceList(at, 4)) << "a reallocated workspace holds no list";
+  EXPECT_FALSE(cache.HasDeviceList(&batch, 3));
+
+  RecurrentBatch other_slots = batch;
+  other_slots.slots = {5, 6, 7};
+  other_slots.fresh = {1, 1, 1};
+  EXPECT_EQ(&cache.PlanFor(other_slots, 64, 2), first);
+  EXPECT_TRUE(cache.HasDeviceList(at, 3)) << "slots and fresh flags do not change the list";
+
+  auto expect_rebuilt = [&](const RecurrentBatch& b, int64_t chunk_size, int64_t groups) {
+    cache.SetDeviceList(at, 3);
+    const SsdChunkPlan& plan = cache.PlanFor(b, chunk_size, groups);
+    EXPECT_TRUE(SamePlan(plan, BuildSsdChunkPlan(b, chunk_size, groups)));
+    EXPECT_FALSE(cache.HasDeviceList(at, 3));
+  };
+  RecurrentBatch moved = batch;
+  moved.start_positions[2] = 501;  // same lengths, the third run's chunks cut elsewhere
+  expect_rebuilt(moved, 64, 2);
+  expect_rebuilt(batch, 64, 2);
+  expect_rebuilt(batch, 32, 2);
+  expect_rebuilt(batch, 32, 3);  // C B^T offsets scale with the groups
+  RecurrentBatch longer = batch;
+  longer.cu_seqlens = {0, 300, 302, 372};
+  expect_rebuilt(longer, 32, 3);
+
+  cache.SetDeviceList(at, 3);
+  cache.ForgetDeviceList();
+  EXPECT_FALSE(cache.HasDeviceList(at, 3));
+}
+
 }  // namespace
 }  // namespace coil::cuda
