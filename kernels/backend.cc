@@ -1,6 +1,8 @@
 // The checks every backend shares: shapes, dtypes, devices and the RecurrentBatch.
 #include "kernels/backend.h"
 
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -420,6 +422,20 @@ absl::Status MixerColumns(const Tensor& xbc, const Tensor& ssm_state, Tensor* x,
   return absl::OkStatus();
 }
 
+// Whether the bytes two views span (first row's start to last row's end) intersect: a
+// conservative test (interleaved column views of one matrix count as overlapping).
+bool SpansOverlap(const Tensor& a, const Tensor& b) {
+  auto span = [](const Tensor& t) {
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(t.raw());
+    const int64_t elements = (t.dim(0) - 1) * t.stride(0) + t.dim(1);
+    return std::pair<uintptr_t, uintptr_t>{
+        begin, begin + static_cast<uintptr_t>(elements) * DTypeSize(t.dtype())};
+  };
+  const auto [a0, a1] = span(a);
+  const auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
+
 }  // namespace
 
 absl::Status Backend::MixerDecode(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
@@ -450,6 +466,24 @@ absl::Status Backend::MixerDecode(const Tensor& xbc_in, const Tensor& dt, const 
     }
   }
   COIL_RETURN_IF_ERROR(CheckGatedRmsNorm(*this, y, z, weights.norm_weight, groups, norm_eps, out));
+  // A fused form reads its inputs while other blocks write outputs: every output apart from
+  // the inputs, and xbc apart from y and out (out may alias y).
+  const std::pair<const char*, const Tensor*> inputs[] = {{"xbc_in", &xbc_in}, {"dt", &dt}, {"z", &z}};
+  const std::pair<const char*, const Tensor*> outputs[] = {{"xbc", &xbc}, {"y", &y}, {"out", &out}};
+  for (const auto& [out_name, o] : outputs) {
+    for (const auto& [in_name, i] : inputs) {
+      if (SpansOverlap(*o, *i)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            out_name, " overlaps ", in_name, "; MixerDecode's outputs need memory of their own"));
+      }
+    }
+  }
+  for (const Tensor* o : {&y, &out}) {
+    if (SpansOverlap(xbc, *o)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "xbc overlaps ", o == &y ? "y" : "out", "; MixerDecode's xbc needs memory of its own"));
+    }
+  }
   return DoMixerDecode(xbc_in, dt, z, weights, options, norm_eps, batch, conv_state, ssm_state,
                        xbc, y, out);
 }

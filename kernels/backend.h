@@ -173,6 +173,7 @@ class Backend {
   // xbc_in: f32 [T, E + 2 G N] (rows may be strided); dt: f32 [T, H]; z: f32 [T, E];
   // conv_state, ssm_state as for CausalConv1d and SsmScan; xbc: f32 [T, E + 2 G N];
   // y: f32 [T, E]; out: f32 [T, E] (may alias y), or bf16 when it only feeds a bf16 matmul.
+  // Outputs must not overlap the inputs, nor xbc the other outputs (INVALID_ARGUMENT).
   absl::Status MixerDecode(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
                            const MixerWeights& weights, const SsmScanOptions& options,
                            float norm_eps, const RecurrentBatch& batch, const Tensor& conv_state,

@@ -42,7 +42,10 @@ struct MixerDeviceExec {
   }
   // Another block of this launch wrote y: read it from L2, past this SM's L1.
   __device__ float LoadY(const float* y) { return __ldcg(y); }
-  __device__ int32_t TakeTicket(int32_t* ticket) { return atomicAdd(ticket, 1); }
+  __device__ int32_t TakeTicket(int32_t* ticket, int32_t last) {
+    return static_cast<int32_t>(
+        atomicInc(reinterpret_cast<unsigned*>(ticket), static_cast<unsigned>(last)));
+  }
 };
 
 template <int kVec, int kSteps, typename OutT>

@@ -10,7 +10,8 @@
 //  3. a ticket per (sequence, group): the last of the group's blocks to take one shifts the
 //     group's B/C conv histories (every block has read them by then) and applies the gated
 //     RMSNorm to the group's columns of y (every block has written them), as GatedRmsNorm
-//     takes it, then resets the ticket to zero for the next launch.
+//     takes it. The ticket counts modulo the group's block count (atomicInc), so the last
+//     draw leaves it at zero for the next launch, and a stale value heals in one launch.
 // Every formula is the unfused kernels' own (ConvDecodeValue, SsmDecodeLane with the same
 // lane mapping and warp sum, GatedPartialSumSquares with the same block size and BlockSum),
 // so the fused op has the bits of CausalConv1d, SsmScan and GatedRmsNorm run in turn.
@@ -130,7 +131,9 @@ COIL_HOST_DEVICE void MixerDecodeBlock(Exec& ex, const MixerSmem& sm, const Mixe
   int32_t* ticket = p.tickets + static_cast<int64_t>(seq) * s.groups + group;
   const int32_t blocks_in_group = s.heads_per_group * p.p_tiles;
   ex.Threads([&](int tid) {
-    if (tid == 0) *sm.last = ex.TakeTicket(ticket) == blocks_in_group - 1 ? 1 : 0;
+    if (tid == 0) {
+      *sm.last = ex.TakeTicket(ticket, blocks_in_group - 1) == blocks_in_group - 1 ? 1 : 0;
+    }
   });
   ex.Sync();
   if (*sm.last == 0) return;  // the same answer in every thread of the block
@@ -140,7 +143,6 @@ COIL_HOST_DEVICE void MixerDecodeBlock(Exec& ex, const MixerSmem& sm, const Mixe
     for (int32_t n = tid; n < 2 * N; n += kMixerThreads) {
       ConvDecodeValue(p.conv, seq, MixerBcChannel(s, group, n), true);
     }
-    if (tid == 0) *ticket = 0;
   });
   const int64_t width = static_cast<int64_t>(s.heads_per_group) * P;
   const int64_t begin = group * width;
@@ -192,7 +194,12 @@ struct MixerHostExec {
     return total;
   }
   float LoadY(const float* y) { return *y; }
-  int32_t TakeTicket(int32_t* ticket) { return (*ticket)++; }
+  // atomicInc: the old value, and old + 1 stored, or 0 once old reaches `last`.
+  int32_t TakeTicket(int32_t* ticket, int32_t last) {
+    const int32_t old = *ticket;
+    *ticket = old >= last ? 0 : old + 1;
+    return old;
+  }
 };
 
 }  // namespace coil::cuda

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -214,116 +215,197 @@ TEST(SsmScanPlanReuseTest, RepeatedAndInterleavedScansGiveTheSameBits) {
 // MixerDecode is CausalConv1d, SsmScan and GatedRmsNorm in turn: the same out and states,
 // bit for bit, on every backend (the CUDA backend fuses them into one launch), twice in a
 // row (the second step resumes from the first's states, and on CUDA reuses the tickets the
-// first left at zero). Decode steps only, and only for heads that hold their groups whole.
-TEST(MixerDecodeInvariantTest, EqualsItsThreeOpsBitForBit) {
-  constexpr int64_t kHeads = 4, kHeadDim = 24, kDState = 20, kGroups = 2, kWidth = 4;
-  constexpr int64_t kE = kHeads * kHeadDim, kC = kE + 2 * kGroups * kDState, kStateRows = 5;
-  constexpr int64_t kRow = kE + kC + kHeads;  // [z | xbc | dt]
-  std::mt19937_64 rng(SeedFromName("MixerDecodeInvariant"));
+// first left at zero). Over the shapes that reach each form of the fused kernel: partial
+// and several tiles, 4-wide and scalar state loads over one to several spans, conv widths
+// 2 to 4, one to three groups, f32 and bf16 out, and many sequences.
+struct MixerShapeCase {
+  int64_t heads, headdim, d_state, groups, width;
+  int seqs;
+  DType out_dtype = DType::kF32;
+};
+
+void ExpectMixerDecodeEqualsThreeOps(const MixerShapeCase& m) {
+  const int64_t E = m.heads * m.headdim, C = E + 2 * m.groups * m.d_state;
+  const int64_t row = E + C + m.heads;  // [z | xbc | dt]
+  const int64_t state_rows = m.seqs + 1;
+  SCOPED_TRACE(::testing::Message() << "h" << m.heads << " p" << m.headdim << " ds" << m.d_state
+                                    << " g" << m.groups << " w" << m.width << " seqs " << m.seqs
+                                    << (m.out_dtype == DType::kBF16 ? " bf16 out" : ""));
+  std::mt19937_64 rng(SeedFromName(absl::StrCat("MixerDecodeInvariant", m.headdim, m.d_state)));
   RecurrentBatch batch;
-  batch.Add(1, 3, false, 17);
-  batch.Add(1, kStateRows, true, 0);  // padding on the scratch row
-  batch.Add(1, 0, true, 0);
-  batch.Add(1, 4, false, 5);
+  for (int s = 0; s < m.seqs; ++s) {
+    if (s % 4 == 1) {
+      batch.Add(1, static_cast<int32_t>(state_rows), true, 0);  // padding on the scratch row
+    } else {
+      batch.Add(1, s, s % 4 == 2, s % 4 == 2 ? 0 : 17 + s);
+    }
+  }
+  const std::vector<uint8_t> fresh0 = batch.fresh;
   const int64_t rows = batch.num_seqs();
-  const std::vector<float> packed = RandomFloats(rng, rows * kRow, -2.0f, 2.0f);
-  const std::vector<float> conv_w = RandomFloats(rng, kC * kWidth);
-  const std::vector<float> conv_b = RandomFloats(rng, kC);
-  const std::vector<float> a_log = RandomFloats(rng, kHeads, 0.0f, 2.5f);
-  const std::vector<float> d = RandomFloats(rng, kHeads);
-  const std::vector<float> dt_bias = RandomFloats(rng, kHeads, -4.0f, -1.0f);
-  const std::vector<float> norm_w = RandomFloats(rng, kE, 0.5f, 1.5f);
-  const std::vector<float> conv0 = RandomFloats(rng, (kStateRows + 1) * (kWidth - 1) * kC);
-  const std::vector<float> ssm0 = RandomFloats(rng, (kStateRows + 1) * kE * kDState);
+  const std::vector<float> packed = RandomFloats(rng, rows * row, -2.0f, 2.0f);
+  const std::vector<float> conv_w = RandomFloats(rng, C * m.width);
+  const std::vector<float> conv_b = RandomFloats(rng, C);
+  const std::vector<float> a_log = RandomFloats(rng, m.heads, 0.0f, 2.5f);
+  const std::vector<float> d = RandomFloats(rng, m.heads);
+  const std::vector<float> dt_bias = RandomFloats(rng, m.heads, -4.0f, -1.0f);
+  const std::vector<float> norm_w = RandomFloats(rng, E, 0.5f, 1.5f);
+  const std::vector<float> conv0 = RandomFloats(rng, (state_rows + 1) * (m.width - 1) * C);
+  const std::vector<float> ssm0 = RandomFloats(rng, (state_rows + 1) * E * m.d_state);
   ForEachAvailableBackend([&](Backend& be) {
     const Device dev = be.device();
-    auto array = [&](const std::vector<float>& v) {
-      auto a = DeviceArray::FromFloats(be, v);
+    auto array = [&](const std::vector<float>& v, DType dtype = DType::kF32) {
+      auto a = DeviceArray::FromFloats(be, v, dtype);
       EXPECT_TRUE(a.ok()) << a.status();
       return std::move(a).value();
     };
     DeviceArray d_packed = array(packed), d_conv_w = array(conv_w), d_conv_b = array(conv_b),
                 d_a = array(a_log), d_d = array(d), d_bias = array(dt_bias),
                 d_norm_w = array(norm_w);
-    auto t = [&](const DeviceArray& a, std::initializer_list<int64_t> shape) {
-      return Tensor(a.data(), DType::kF32, shape, dev);
-    };
-    const Tensor in(d_packed.data(), DType::kF32, {rows, kRow}, dev);
-    const Tensor z = in.Columns(0, kE), xbc_in = in.Columns(kE, kC),
-                 dt = in.Columns(kE + kC, kHeads);
-    const MixerWeights w{t(d_conv_w, {kC, kWidth}), t(d_conv_b, {kC}), t(d_a, {kHeads}),
-                         t(d_d, {kHeads}),          t(d_bias, {kHeads}), t(d_norm_w, {kE})};
+    auto t = [&](const DeviceArray& a, std::initializer_list<int64_t> shape,
+                 DType dtype = DType::kF32) { return Tensor(a.data(), dtype, shape, dev); };
+    const Tensor in(d_packed.data(), DType::kF32, {rows, row}, dev);
+    const Tensor z = in.Columns(0, E), xbc_in = in.Columns(E, C), dt = in.Columns(E + C, m.heads);
+    const MixerWeights w{t(d_conv_w, {C, m.width}), t(d_conv_b, {C}), t(d_a, {m.heads}),
+                         t(d_d, {m.heads}),         t(d_bias, {m.heads}), t(d_norm_w, {E})};
     SsmScanOptions options;
     options.chunk_size = 8;
     // Path 0: the fused op; path 1: the three ops. Each with its own states and outputs.
-    std::vector<float> outs[2], convs[2], ssms[2];
+    std::vector<uint8_t> outs[2];
+    std::vector<float> convs[2], ssms[2];
     for (int path = 0; path < 2; ++path) {
       DeviceArray conv = array(conv0), ssm = array(ssm0);
-      DeviceArray xbc = array(std::vector<float>(rows * kC)), y = array(std::vector<float>(rows * kE));
-      DeviceArray out = array(std::vector<float>(rows * kE));
-      const Tensor conv_t = t(conv, {kStateRows + 1, kWidth - 1, kC});
-      const Tensor ssm_t = t(ssm, {kStateRows + 1, kHeads, kHeadDim, kDState});
-      const Tensor xbc_t = t(xbc, {rows, kC}), y_t = t(y, {rows, kE}), out_t = t(out, {rows, kE});
+      DeviceArray xbc = array(std::vector<float>(rows * C)), y = array(std::vector<float>(rows * E));
+      DeviceArray out = array(std::vector<float>(rows * E), m.out_dtype);
+      const Tensor conv_t = t(conv, {state_rows + 1, m.width - 1, C});
+      const Tensor ssm_t = t(ssm, {state_rows + 1, m.heads, m.headdim, m.d_state});
+      const Tensor xbc_t = t(xbc, {rows, C}), y_t = t(y, {rows, E});
+      const Tensor out_t = t(out, {rows, E}, m.out_dtype);
+      batch.fresh = fresh0;
       for (int step = 0; step < 2; ++step) {
         if (path == 0) {
-          ASSERT_TRUE(
-              be.MixerDecode(xbc_in, dt, z, w, options, 1e-5f, batch, conv_t, ssm_t, xbc_t, y_t,
-                             out_t)
-                  .ok());
+          const absl::Status fused = be.MixerDecode(xbc_in, dt, z, w, options, 1e-5f, batch,
+                                                    conv_t, ssm_t, xbc_t, y_t, out_t);
+          ASSERT_TRUE(fused.ok()) << fused;
         } else {
+          const int64_t gn = m.groups * m.d_state;
           ASSERT_TRUE(be.CausalConv1d(xbc_in, w.conv_weight, w.conv_bias, batch, conv_t, xbc_t).ok());
-          ASSERT_TRUE(be.SsmScan(xbc_t.Columns(0, kE), dt, w.a_log,
-                                 xbc_t.Columns(kE, kGroups * kDState),
-                                 xbc_t.Columns(kE + kGroups * kDState, kGroups * kDState), w.d,
-                                 w.dt_bias, options, batch, ssm_t, y_t)
+          ASSERT_TRUE(be.SsmScan(xbc_t.Columns(0, E), dt, w.a_log, xbc_t.Columns(E, gn),
+                                 xbc_t.Columns(E + gn, gn), w.d, w.dt_bias, options, batch, ssm_t,
+                                 y_t)
                           .ok());
-          ASSERT_TRUE(be.GatedRmsNorm(y_t, z, w.norm_weight, kGroups, 1e-5f, out_t).ok());
+          ASSERT_TRUE(be.GatedRmsNorm(y_t, z, w.norm_weight, m.groups, 1e-5f, out_t).ok());
         }
-        batch.fresh.assign(batch.fresh.size(), 0);  // the second step resumes
-        batch.fresh[1] = 1;
+        // The second step resumes every real sequence; padding stays on the scratch row.
+        for (int s = 0; s < m.seqs; ++s) batch.fresh[s] = s % 4 == 1 ? 1 : 0;
       }
-      batch.fresh = {0, 1, 1, 0};
-      auto o = out.ReadFloats();
+      auto o = out.Read();
       auto c = conv.ReadFloats();
-      auto s = ssm.ReadFloats();
-      ASSERT_TRUE(o.ok() && c.ok() && s.ok());
+      auto st = ssm.ReadFloats();
+      ASSERT_TRUE(o.ok() && c.ok() && st.ok());
       outs[path] = *o;
       convs[path] = *c;
-      ssms[path] = *s;
+      ssms[path] = *st;
     }
     EXPECT_EQ(outs[0], outs[1]);
     EXPECT_EQ(convs[0], convs[1]);
     EXPECT_EQ(ssms[0], ssms[1]);
     EXPECT_NE(convs[0], conv0);  // the states moved
+  });
+}
 
-    // Refused: a run of two tokens, heads starting inside a group, a wrong xbc width.
-    DeviceArray conv = array(conv0), ssm = array(ssm0);
-    DeviceArray scratch = array(std::vector<float>(2 * rows * kC));
+TEST(MixerDecodeInvariantTest, EqualsItsThreeOpsBitForBit) {
+  for (const MixerShapeCase& m : std::vector<MixerShapeCase>{
+           {4, 24, 20, 2, 4, 4},                    // one partial tile, 4-wide loads
+           {2, 40, 16, 1, 3, 3},                    // a partial second tile, width 3
+           {6, 16, 18, 3, 3, 3},                    // scalar loads, three groups
+           {2, 10, 70, 1, 4, 4},                    // scalar loads, several per lane
+           {2, 8, 600, 2, 2, 2},                    // two spans, width 2
+           {4, 64, 128, 1, 4, 5, DType::kBF16},     // mamba2's heads, bf16 out
+           {2, 8, 16, 1, 4, 300}}) {                // 300 sequences' tickets
+    ExpectMixerDecodeEqualsThreeOps(m);
+  }
+}
+
+// Refused, with what to run instead: a run of two tokens, heads starting inside a group, a
+// wrong xbc width, and an output overlapping an input (the fused form reads its inputs
+// after other blocks have written outputs).
+TEST(MixerDecodeInvariantTest, RefusesWhatItDoesNotCompute) {
+  constexpr int64_t kHeads = 4, kHeadDim = 24, kDState = 20, kGroups = 2, kWidth = 4;
+  constexpr int64_t kE = kHeads * kHeadDim, kC = kE + 2 * kGroups * kDState, kStateRows = 5;
+  constexpr int64_t kRows = 4, kRow = kE + kC + kHeads;
+  std::mt19937_64 rng(SeedFromName("MixerDecodeRefusals"));
+  ForEachAvailableBackend([&](Backend& be) {
+    const Device dev = be.device();
+    auto array = [&](size_t n) {
+      auto a = DeviceArray::FromFloats(be, RandomFloats(rng, n));
+      EXPECT_TRUE(a.ok()) << a.status();
+      return std::move(a).value();
+    };
+    DeviceArray d_packed = array(kRows * kRow), d_conv_w = array(kC * kWidth),
+                d_conv_b = array(kC), d_a = array(kHeads), d_d = array(kHeads),
+                d_bias = array(kHeads), d_norm_w = array(kE);
+    DeviceArray conv = array((kStateRows + 1) * (kWidth - 1) * kC);
+    DeviceArray ssm = array((kStateRows + 1) * kE * kDState);
+    DeviceArray xbc = array(kRows * kC), y = array(kRows * kC), out = array(kRows * kE);
+    auto t = [&](const DeviceArray& a, std::initializer_list<int64_t> shape) {
+      return Tensor(a.data(), DType::kF32, shape, dev);
+    };
+    const Tensor in = t(d_packed, {kRows, kRow});
+    const Tensor z = in.Columns(0, kE), xbc_in = in.Columns(kE, kC),
+                 dt = in.Columns(kE + kC, kHeads);
+    const MixerWeights w{t(d_conv_w, {kC, kWidth}), t(d_conv_b, {kC}), t(d_a, {kHeads}),
+                         t(d_d, {kHeads}),          t(d_bias, {kHeads}), t(d_norm_w, {kE})};
     const Tensor conv_t = t(conv, {kStateRows + 1, kWidth - 1, kC});
     const Tensor ssm_t = t(ssm, {kStateRows + 1, kHeads, kHeadDim, kDState});
-    const Tensor xbc_t = t(scratch, {rows, kC}), y_t = t(scratch, {rows, kE});
+    const Tensor xbc_t = t(xbc, {kRows, kC}), y_t = t(y, {kRows, kE}), out_t = t(out, {kRows, kE});
+    RecurrentBatch decode;
+    for (int s = 0; s < kRows; ++s) decode.Add(1, s, false, 9);
+    SsmScanOptions options;
+    ASSERT_TRUE(
+        be.MixerDecode(xbc_in, dt, z, w, options, 1e-5f, decode, conv_t, ssm_t, xbc_t, y_t, out_t)
+            .ok());
+    ASSERT_TRUE(
+        be.MixerDecode(xbc_in, dt, z, w, options, 1e-5f, decode, conv_t, ssm_t, xbc_t, y_t, y_t)
+            .ok())
+        << "out may alias y";
+
     RecurrentBatch prefill;
     prefill.Add(2, 0, true, 0);
     prefill.Add(1, 1, false, 3);
     prefill.Add(1, 2, false, 3);
     const absl::Status long_run =
-        be.MixerDecode(xbc_in, dt, z, w, options, 1e-5f, prefill, conv_t, ssm_t, xbc_t, y_t, y_t);
+        be.MixerDecode(xbc_in, dt, z, w, options, 1e-5f, prefill, conv_t, ssm_t, xbc_t, y_t, out_t);
     EXPECT_TRUE(absl::IsInvalidArgument(long_run)) << long_run;
     EXPECT_NE(long_run.message().find("runs 2 tokens"), std::string::npos) << long_run;
+
     SsmScanOptions split = options;
     split.heads_per_group = 2;
     split.first_head_in_group = 1;
     const absl::Status partial =
-        be.MixerDecode(xbc_in, dt, z, w, split, 1e-5f, batch, conv_t, ssm_t, xbc_t, y_t, y_t);
+        be.MixerDecode(xbc_in, dt, z, w, split, 1e-5f, decode, conv_t, ssm_t, xbc_t, y_t, out_t);
     EXPECT_TRUE(absl::IsInvalidArgument(partial)) << partial;
+    EXPECT_NE(partial.message().find("heads_per_group"), std::string::npos) << partial;
+
     const absl::Status width = be.MixerDecode(
         in.Columns(kE, kC - 1), dt, z,
         MixerWeights{t(d_conv_w, {kC - 1, kWidth}), t(d_conv_b, {kC - 1}), w.a_log, w.d,
                      w.dt_bias, w.norm_weight},
-        options, 1e-5f, batch, Tensor(conv.data(), DType::kF32, {kStateRows + 1, kWidth - 1, kC - 1}, dev),
-        ssm_t, t(scratch, {rows, kC - 1}), y_t, y_t);
+        options, 1e-5f, decode, t(conv, {kStateRows + 1, kWidth - 1, kC - 1}), ssm_t,
+        t(xbc, {kRows, kC - 1}), y_t, out_t);
     EXPECT_TRUE(absl::IsInvalidArgument(width)) << width;
     EXPECT_NE(width.message().find("2 * ngroups * d_state"), std::string::npos) << width;
+
+    // out over z's columns, y over the input rows, xbc over y.
+    const absl::Status out_on_z = be.MixerDecode(xbc_in, dt, z, w, options, 1e-5f, decode,
+                                                 conv_t, ssm_t, xbc_t, y_t, in.Columns(0, kE));
+    EXPECT_TRUE(absl::IsInvalidArgument(out_on_z)) << out_on_z;
+    EXPECT_NE(out_on_z.message().find("overlaps"), std::string::npos) << out_on_z;
+    const absl::Status y_on_in = be.MixerDecode(xbc_in, dt, z, w, options, 1e-5f, decode,
+                                                conv_t, ssm_t, xbc_t, in.Columns(kE, kE), out_t);
+    EXPECT_TRUE(absl::IsInvalidArgument(y_on_in)) << y_on_in;
+    const absl::Status xbc_on_y = be.MixerDecode(xbc_in, dt, z, w, options, 1e-5f, decode, conv_t,
+                                                 ssm_t, t(y, {kRows, kC}), y_t, out_t);
+    EXPECT_TRUE(absl::IsInvalidArgument(xbc_on_y)) << xbc_on_y;
   });
 }
 
