@@ -84,6 +84,12 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device_inde
   backend->name_ = absl::StrCat("cuda:", device_index, " (", prop.name, ", sm_", prop.major,
                                 prop.minor, ")");
   COIL_ASSIGN_OR_RETURN(backend->matmul_, CublasLtMatmul::Create(ctx));
+  // Pinned staging for small copies (see DoCopy); without it copies stay pageable.
+  if (cudaHostAlloc(&backend->pinned_, kPinnedSlotBytes * (kPinnedUploadSlots + 1),
+                    cudaHostAllocDefault) != cudaSuccess) {
+    cudaGetLastError();
+    backend->pinned_ = nullptr;
+  }
   return backend;
 }
 
@@ -93,6 +99,7 @@ CudaBackend::~CudaBackend() {
     cudaStreamSynchronize(ctx_.stream);
     cudaStreamDestroy(ctx_.stream);
   }
+  if (pinned_ != nullptr) cudaFreeHost(pinned_);
 }
 
 absl::StatusOr<Buffer> CudaBackend::DoAllocate(size_t bytes) {
@@ -114,10 +121,34 @@ absl::StatusOr<Buffer> CudaBackend::DoAllocate(size_t bytes) {
 absl::Status CudaBackend::DoCopy(void* dst, const void* src, size_t bytes, bool to_host) {
   COIL_RETURN_IF_ERROR(MakeCurrent());
   if (bytes == 0) return absl::OkStatus();
+  // A copy on a capturing stream would be recorded (with pinned memory) or break the
+  // capture (with pageable memory): refused either way, as the graph contract says.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  COIL_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ctx_.stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    return absl::FailedPreconditionError(
+        "a copy to or from the host was issued while a CUDA graph is being captured");
+  }
+  const bool staged = pinned_ != nullptr && bytes <= kPinnedSlotBytes;
+  char* const pinned = static_cast<char*>(pinned_);
   if (to_host) {
+    // Into the download slot, then out of it once the stream is done.
+    void* landing = staged ? pinned + kPinnedUploadSlots * kPinnedSlotBytes : dst;
     COIL_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream));
+        cudaMemcpyAsync(landing, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream));
     COIL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx_.stream));
+    uploads_since_sync_ = 0;
+    if (staged) std::memcpy(dst, landing, bytes);
+    return absl::OkStatus();
+  }
+  if (staged && uploads_since_sync_ < kPinnedUploadSlots) {
+    // From pinned memory the copy is truly asynchronous. The slot is not reused before the
+    // next stream synchronization, after which this copy is certainly done.
+    char* slot = pinned + uploads_since_sync_ * kPinnedSlotBytes;
+    ++uploads_since_sync_;
+    std::memcpy(slot, src, bytes);
+    COIL_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, ctx_.stream));
     return absl::OkStatus();
   }
   // From pageable memory the call returns once the source has been staged, so the caller
@@ -136,6 +167,7 @@ absl::Status CudaBackend::DoFillZero(void* dst, size_t bytes) {
 absl::Status CudaBackend::DoSynchronize() {
   COIL_RETURN_IF_ERROR(MakeCurrent());
   COIL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx_.stream));
+  uploads_since_sync_ = 0;
   return absl::OkStatus();
 }
 
@@ -242,12 +274,12 @@ absl::Status CudaBackend::DoMixerDecode(const Tensor& xbc_in, const Tensor& dt, 
   // warmed up just before its capture, do not regrow it (and so drop the graphs captured
   // before) one bucket after another.
   constexpr size_t kMinTicketBytes = size_t{64} << 10;
-  const uint64_t generation = mixer_tickets_.generation();
   const size_t bytes = std::max(
       kMinTicketBytes, static_cast<size_t>(batch.num_seqs() * groups) * sizeof(int32_t));
   COIL_ASSIGN_OR_RETURN(void* tickets, mixer_tickets_.Get(bytes, ctx_.stream));
-  if (mixer_tickets_.generation() != generation) {
+  if (mixer_tickets_.generation() != tickets_zeroed_) {  // new memory: zero it first
     COIL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(tickets, 0, mixer_tickets_.bytes(), ctx_.stream));
+    tickets_zeroed_ = mixer_tickets_.generation();
   }
   return LaunchMixerDecode(ctx_, xbc_in, dt, z, weights, norm_eps, options, device_batch,
                            conv_state, ssm_state, xbc, y, out, static_cast<int32_t*>(tickets));

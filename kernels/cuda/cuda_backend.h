@@ -1,7 +1,9 @@
 // CudaBackend: the Backend on one NVIDIA GPU. Owns a non-blocking stream that every op and
 // copy is issued on (so ops are asynchronous to the host and ordered among themselves), the
 // cuBLASLt handle, its workspace and per-shape algorithm cache, and op scratch memory.
-// Copies to the host return when the data is there; everything else only enqueues.
+// Copies to the host return when the data is there; everything else only enqueues. Copies
+// of up to 64 KiB (a step's metadata, sampling parameters and answers) go through pinned
+// staging, so that an upload does not wait on the driver's pageable staging.
 // A RecurrentBatch that arrives without device mirrors is uploaded here (one copy per op);
 // the model uploads its step's batch once per step instead and passes the mirrors.
 #ifndef COIL_KERNELS_CUDA_CUDA_BACKEND_H_
@@ -104,8 +106,16 @@ class CudaBackend final : public Backend {
   Workspace batch_staging_;
   SsdPlanCache ssd_plans_;
   Workspace mixer_tickets_;  // MixerDecode's per-(sequence, group) tickets, zero between ops
+  uint64_t tickets_zeroed_ = 0;  // the tickets' generation once zeroed (0: never allocated)
   std::vector<int32_t> batch_host_;  // the packed host image of an uploaded batch
   std::unique_ptr<CublasLtMatmul> matmul_;
+  // Pinned host staging for copies of up to kPinnedSlotBytes (a step's metadata, sampling
+  // parameters and answers): kPinnedUploadSlots upload slots, then one download slot. Null
+  // when it could not be allocated (copies then stay pageable).
+  static constexpr size_t kPinnedSlotBytes = size_t{64} << 10;
+  static constexpr int kPinnedUploadSlots = 4;
+  void* pinned_ = nullptr;
+  int uploads_since_sync_ = 0;  // upload slots taken since the stream last synchronized
 };
 
 }  // namespace coil::cuda
