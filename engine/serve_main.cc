@@ -92,6 +92,9 @@ ABSL_FLAG(std::string, device, "cpu",
 ABSL_FLAG(bool, cuda_graphs, true,
           "with --device cuda: replay decode-only steps as CUDA graphs (false: op by op, for "
           "debugging)");
+ABSL_FLAG(bool, fused_mixer, true,
+          "run a decode step's conv, scan and gated norm as one fused op (false: three ops, "
+          "the same tokens; for measuring)");
 
 namespace coil {
 namespace {
@@ -504,6 +507,7 @@ int Main(int argc, char** argv) {
     model::LoadOptions load;
     COIL_ASSIGN_OR_RETURN(load.weight_type, model::ParseWeightType(absl::GetFlag(FLAGS_weights)));
     load.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+    load.fused_mixer = absl::GetFlag(FLAGS_fused_mixer);
     if (rank == 0 && isatty(STDERR_FILENO)) {
       load.progress = [](int64_t done, int64_t total) {
         std::fprintf(stderr, "\rloading weights: layer %lld of %lld%s", static_cast<long long>(done),

@@ -55,6 +55,9 @@ ABSL_FLAG(double, peak_tflops, -1,
           "cuda; none on the cpu)");
 ABSL_FLAG(std::string, weights, "auto", "matrix weight type: auto, f32, bf16");
 ABSL_FLAG(std::string, dtype, "bf16", "weights written when no --model is given: f32 or bf16");
+ABSL_FLAG(bool, fused_mixer, true,
+          "decode steps run the mixer as one fused op (false: its three ops, to measure the "
+          "fusion)");
 
 namespace coil {
 namespace {
@@ -152,6 +155,7 @@ int Main(int argc, char** argv) {
   }
   std::unique_ptr<Backend> backend = std::move(created).value();
   model::LoadOptions load;
+  load.fused_mixer = absl::GetFlag(FLAGS_fused_mixer);
   load.weight_type = *model::ParseWeightType(absl::GetFlag(FLAGS_weights));
   auto m = model::Mamba2Model::Load(**checkpoint, *backend, *comm, load);
   if (!m.ok()) {

@@ -225,6 +225,11 @@ if [[ -n $bench_exe && -n $make_model ]]; then
     tail -n 3 "$logs/model_bench.log" | sed 's/^/    /'
     rows+=("| model_bench --device cuda | 0 | 1 | 0 | $seconds | exit $status |")
   fi
+  # The same decode steps with the mixer as three ops: what the fused MixerDecode saves.
+  timeout 60 "$bench_exe" --model "$model_dir" --device cuda --batches 1,256 --decode-steps 32 \
+    --prefill 0 --fused-mixer=false > "$logs/model_bench_unfused.log" 2>&1 &&
+    mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| decode' "$logs/model_bench_unfused.log" |
+                                           sed 's/^| decode |/| decode, mixer unfused |/')
 fi
 
 # ---- per-op figures (no assertions): decode at 1 and 256 sequences and prefill of 2048

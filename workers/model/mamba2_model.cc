@@ -69,6 +69,7 @@ absl::StatusOr<std::unique_ptr<Mamba2Model>> Mamba2Model::Load(const Checkpoint&
                                ? static_cast<float>(config.norm_epsilon)
                                : 1e-5f;  // mamba_ssm's RMSNormGated default
   model->cuda_graphs_ = options.cuda_graphs;
+  model->fused_mixer_ = options.fused_mixer;
   COIL_RETURN_IF_ERROR(model->LoadWeights(checkpoint, options));
   COIL_ASSIGN_OR_RETURN(model->agree_, backend.Allocate(sizeof(float)));
   return model;
@@ -428,7 +429,7 @@ absl::Status Mamba2Model::Compute(int64_t rows, int64_t sampled, bool all_rows,
 
   // A decode step whose heads hold their groups whole takes the mixer as one op (one launch
   // on CUDA), with the bits of the three ops it stands for.
-  bool mixer_decode = layout_.groups_whole();
+  bool mixer_decode = fused_mixer_ && layout_.groups_whole();
   for (int s = 0; s < batch.num_seqs() && mixer_decode; ++s) mixer_decode = batch.run_length(s) == 1;
 
   if (status.ok()) run(backend_.Embedding(ids, embedding_, layout_.vocab.begin, residual), kInputLayer);

@@ -57,6 +57,9 @@ struct LoadOptions {
   // communicator can be captured (one rank, or device memory: NCCL). False runs every
   // step op by op (for debugging: --cuda-graphs=false).
   bool cuda_graphs = true;
+  // Run a decode step's mixer as one MixerDecode op where it applies (one launch on CUDA);
+  // false runs its three ops (the same bits: for measuring what the fusion saves).
+  bool fused_mixer = true;
 };
 
 class Mamba2Model {
@@ -118,6 +121,7 @@ class Mamba2Model {
   // and communicator allow it and LoadOptions::cuda_graphs is set). The same on every rank.
   bool graphs_enabled() const;
   void set_cuda_graphs(bool enabled) { cuda_graphs_ = enabled; }
+  void set_fused_mixer(bool enabled) { fused_mixer_ = enabled; }
   int64_t graph_captures() const { return graph_captures_; }
   int64_t graph_replays() const { return graph_replays_; }
   // The operations the decode graph of `num_seqs` sequences' bucket launches per replay, or
@@ -236,6 +240,7 @@ class Mamba2Model {
     uint64_t scratch_generation = 0;
   };
   bool cuda_graphs_ = true;
+  bool fused_mixer_ = true;
   bool capture_failed_ = false;  // this rank runs padded decode steps eagerly from then on
   // The pool the graphs were captured on: its two state buffers and its row count fix
   // every per-layer state address a graph reads (a new pool may reuse one base address).

@@ -233,6 +233,45 @@ void ExpectGraphDecodeMatchesEager(int n) {
             2e-2);
 }
 
+// A decode step through the fused MixerDecode and through its three ops: the same logits
+// and states, bit for bit, through the whole model (bf16, so the norm writes bf16 rows).
+TEST(Mamba2GpuTest, FusedMixerDecodeEqualsItsThreeOps) {
+  COIL_GPU_OR_SKIP(gpu_backend);
+  constexpr int64_t kRows = 4;
+  const std::string dir = Write130m("gpu_fused_mixer", model::DType::kBF16);
+  std::unique_ptr<LoadedModel> gpu = Load(dir, std::move(gpu_backend).value(), kRows);
+  ASSERT_TRUE(gpu);
+  const int32_t vocab = static_cast<int32_t>(gpu->model->config().vocab_size);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<ScheduledSequence> prefill, decodes;
+  for (int i = 0; i < 3; ++i) {
+    prompts.push_back(TokensBelow(vocab, 9 + 40 * i, 50 + i));
+    const int32_t length = static_cast<int32_t>(prompts[i].size());
+    prefill.push_back(RunOf(i, i, prompts[i], 0, length - 1));
+    decodes.push_back(RunOf(i, i, prompts[i], length - 1, 1));
+  }
+  ASSERT_TRUE(gpu->runner->Execute(PlanOf(prefill, 1)).ok);
+  auto& pool = const_cast<StatePool&>(gpu->runner->state_pool());
+  auto before = testing_reference::SnapshotState(*gpu->backend, pool);
+  ASSERT_TRUE(before.ok());
+  std::vector<float> logits[2];
+  std::vector<std::vector<float>> states[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    ASSERT_TRUE(testing_reference::RestoreState(*gpu->backend, pool, *before).ok());
+    gpu->model->set_fused_mixer(fused == 1);
+    auto out = gpu->runner->ExecuteAllLogits(PlanOf(decodes, 2));
+    ASSERT_TRUE(out.ok()) << out.status();
+    logits[fused] = *out;
+    auto after = testing_reference::SnapshotState(*gpu->backend, pool);
+    ASSERT_TRUE(after.ok());
+    for (int64_t row = 0; row < kRows; ++row) {
+      states[fused].push_back(testing_reference::StateRow(pool, *after, row));
+    }
+  }
+  EXPECT_EQ(logits[1], logits[0]);
+  EXPECT_EQ(states[1], states[0]);
+}
+
 TEST(Mamba2GpuTest, GraphDecodeOfOneSequenceEqualsEagerDecode) { ExpectGraphDecodeMatchesEager(1); }
 TEST(Mamba2GpuTest, GraphDecodeOfThreeSequencesEqualsEagerDecode) {
   ExpectGraphDecodeMatchesEager(3);
