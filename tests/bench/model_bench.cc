@@ -201,7 +201,11 @@ int Main(int argc, char** argv) {
   }
   for (int32_t batch : batches) {
     std::vector<ScheduledSequence> prefill;
-    for (int32_t s = 0; s < batch; ++s) prefill.push_back(Seq(s, s, {1 + s, 2, 3, 4, 5, 6, 7, 8}, 0));
+    // Prompts differ in their first token, kept inside the vocabulary of any model shape.
+    const int32_t distinct = static_cast<int32_t>(std::max<int64_t>(1, config.vocab_size - 1));
+    for (int32_t s = 0; s < batch; ++s) {
+      prefill.push_back(Seq(s, s, {1 + s % distinct, 2, 3, 4, 5, 6, 7, 8}, 0));
+    }
     run(prefill, 0);
     std::vector<int32_t> last(static_cast<size_t>(batch), 9);
     int32_t position = 8;
