@@ -92,15 +92,19 @@ COIL_HOST_DEVICE void ChunkScanBlock(Exec& ex, TileSmem<kBf16>& sm, const SsmSca
   const int32_t group = SsmGroupOf(p, head);
   const float* h_prev = SsdChunkState(p, w, chunk_index, head);
   TileAccumulator<kBf16, Exec> acc(ex, sm);
-  // Off-chunk part: (exp(cum_t) C_t) . h_prev[p], over d_state.
-  acc.template Add<true, true>(
-      N,
-      [&](int m, int32_t n) {
-        return t0 + m < len ? SsdScanC(p, w, chunk, head, group, t0 + m, n) : 0.0f;
-      },
-      [&](int32_t n, int col) {
-        return p0 + col < P ? h_prev[static_cast<int64_t>(p0 + col) * N + n] : 0.0f;
-      });
+  // Off-chunk part: (exp(cum_t) C_t) . h_prev[p], over d_state; exactly zero (the
+  // accumulator's +0 plus products of zeros) for a chunk entered with a zero state, so
+  // skipped there, the same for every thread of the block.
+  if (!SsdEntersZero(p, w, chunk_index, chunk)) {
+    acc.template Add<true, true>(
+        N,
+        [&](int m, int32_t n) {
+          return t0 + m < len ? SsdScanC(p, w, chunk, head, group, t0 + m, n) : 0.0f;
+        },
+        [&](int32_t n, int col) {
+          return p0 + col < P ? h_prev[static_cast<int64_t>(p0 + col) * N + n] : 0.0f;
+        });
+  }
   // Intra-chunk part over s <= t: only C B^T's lower triangle is read (the rest is never
   // written), so the mask is a branch, not a multiplication.
   acc.template Add<true, false>(

@@ -284,6 +284,15 @@ COIL_HOST_DEVICE inline void SsdPassState(const SsmScanParams& p, const SsdScrat
   if (!scratch) *slot_state = h;
 }
 
+// Whether chunk k is entered with a zero state: the first chunk of a fresh sequence or of
+// one on the scratch row (SsdPassState hands it h = 0, exactly), whose off-chunk product
+// is then exactly zero and is skipped.
+COIL_HOST_DEVICE inline bool SsdEntersZero(const SsmScanParams& p, const SsdScratch& w, int64_t k,
+                                           const SsdChunk& chunk) {
+  return k == w.seq_first_chunk[chunk.seq] &&
+         (p.slots[chunk.seq] == p.state_rows || p.fresh[chunk.seq] != 0);
+}
+
 // The chunk scan's operands: y_t[col] = sum_n (exp(cum_t) C_t[n]) h_prev[col][n]
 //   + sum_{s <= t} coef(t, s) x_s[col] + D x_t[col].
 COIL_HOST_DEVICE inline float SsdScanC(const SsmScanParams& p, const SsdScratch& w,
