@@ -70,6 +70,14 @@ int64_t MaxPackedWords(int64_t rows) {
   return rows + (rows + 1) + 2 * rows + rows + (rows + 3) / 4;
 }
 
+bool SamplesEveryRow(const StepMetadata& meta) {
+  if (meta.sample_rows.size() != meta.token_ids.size()) return false;
+  for (size_t i = 0; i < meta.sample_rows.size(); ++i) {
+    if (meta.sample_rows[i] != static_cast<int32_t>(i)) return false;
+  }
+  return true;
+}
+
 bool IsDecodeOnly(const StepMetadata& meta) {
   const RecurrentBatch& batch = meta.batch;
   if (batch.num_seqs() == 0) return false;

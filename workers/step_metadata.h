@@ -56,6 +56,10 @@ void PackStepMetadata(const StepMetadata& meta, PackedStepMetadata& packed);
 // rows are at most one per token).
 int64_t MaxPackedWords(int64_t rows);
 
+// True when the step samples every packed row, in order (sample_rows = 0, 1, ..., T-1): the
+// usual decode step, whose lm_head then reads the final norm's rows without a gather.
+bool SamplesEveryRow(const StepMetadata& meta);
+
 // ---- decode-only steps, replayed as CUDA graphs per batch-size bucket ----
 // True when every sequence runs exactly one token and resumes a state it already has (no
 // fresh start): the steps a graph captured on a batch of scratch-row entries can replay.

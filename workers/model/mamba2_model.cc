@@ -473,11 +473,13 @@ absl::Status Mamba2Model::Compute(int64_t rows, int64_t sampled, bool all_rows,
   }
   if (!status.ok()) return absl::OkStatus();
   const int64_t last = kOutputLayer;
-  run(backend_.AddRmsNorm(mixer_out, norm_f_, eps, residual, normed), last);
+  // Every row sampled in order: the final norm feeds lm_head itself, as bf16 rows with bf16
+  // weights (the bits the matmul would round it to). Otherwise lm_head takes the sampled
+  // rows, gathered by the embedding lookup over `normed`.
+  const bool head_bf16 = all_rows && lm_head_.dtype() == ::coil::DType::kBF16;
+  Tensor head_in = head_bf16 ? Tensor(rows16_.data(), ::coil::DType::kBF16, {rows, d}, device) : normed;
+  run(backend_.AddRmsNorm(mixer_out, norm_f_, eps, residual, head_in), last);
   if (!status.ok() || sampled == 0) return absl::OkStatus();
-
-  // lm_head on the rows that are sampled, gathered by the embedding lookup over `normed`.
-  Tensor head_in = normed;
   if (!all_rows) {
     const Tensor sample_ids(words + packed_.sample_rows, ::coil::DType::kI32, {sampled}, device);
     head_in = Tensor(sampled_.data(), ::coil::DType::kF32, {sampled, d}, device);
@@ -493,6 +495,7 @@ absl::StatusOr<int64_t> Mamba2Model::RunStep(const StepMetadata& meta, StatePool
   const int64_t rows = meta.num_tokens();
   if (!all_rows && graphs_enabled() && IsDecodeOnly(meta)) return RunDecodeGraph(meta, pool);
   const int64_t sampled = all_rows ? rows : meta.num_samples();
+  all_rows = all_rows || SamplesEveryRow(meta);  // the same rows in the same order
   COIL_RETURN_IF_ERROR(EnsureScratch(rows, sampled));
   absl::Status status = absl::OkStatus();
   const RecurrentBatch* batch = &meta.batch;
@@ -513,7 +516,9 @@ absl::Status Mamba2Model::CaptureDecodeGraph(int64_t bucket, StatePool& pool) {
   // The warm-up makes every lazy allocation (op scratch, algorithm choices) happen outside
   // the capture; without collectives it is local, so ranks may capture at different steps.
   absl::Status status = absl::OkStatus();
-  COIL_RETURN_IF_ERROR(Compute(bucket, bucket, false, *batch, pool, /*collectives=*/false, status));
+  // The graphs take every bucket row in order (a scratch batch samples rows 0..bucket-1),
+  // so their lm_head reads the final norm's rows without a gather.
+  COIL_RETURN_IF_ERROR(Compute(bucket, bucket, true, *batch, pool, /*collectives=*/false, status));
   COIL_RETURN_IF_ERROR(status);
 #if COIL_WITH_CUDA
   // NCCL with more than two ranks gathers into a scratch buffer that it grows on demand:
@@ -527,7 +532,7 @@ absl::Status Mamba2Model::CaptureDecodeGraph(int64_t bucket, StatePool& pool) {
   COIL_RETURN_IF_ERROR(backend_.Synchronize());
   COIL_RETURN_IF_ERROR(backend_.BeginCapture());
   const absl::Status collective =
-      Compute(bucket, bucket, false, *batch, pool, /*collectives=*/true, status);
+      Compute(bucket, bucket, true, *batch, pool, /*collectives=*/true, status);
   auto graph = backend_.EndCapture();  // always ends the capture, whatever failed inside
   COIL_RETURN_IF_ERROR(collective);
   COIL_RETURN_IF_ERROR(status);
@@ -582,13 +587,17 @@ absl::StatusOr<int64_t> Mamba2Model::RunDecodeGraph(const StepMetadata& meta, St
   } else {
     status = Annotate(uploaded.status(), "the step's metadata");
   }
+  // A step that does not sample every row in order (a decode-only step holding a prompt's
+  // one-token chunk that samples nothing) runs op by op, with the gather.
+  const bool every_row = SamplesEveryRow(padded);
   bool replayed = false;
-  if (status.ok() && slot.graph != nullptr && !capture_failed_) {
+  if (status.ok() && every_row && slot.graph != nullptr && !capture_failed_) {
     replayed = backend_.Replay(*slot.graph).ok();
     if (replayed) ++graph_replays_;
   }
   if (!replayed) {
-    COIL_RETURN_IF_ERROR(Compute(bucket, bucket, false, *batch, pool, /*collectives=*/true, status));
+    COIL_RETURN_IF_ERROR(
+        Compute(bucket, bucket, every_row, *batch, pool, /*collectives=*/true, status));
   }
   if (!status.ok()) return status;
   return static_cast<int64_t>(meta.num_samples());

@@ -91,6 +91,8 @@ TEST(DecodeBucketTest, DecodeOnlyMeansOneResumedTokenPerSequence) {
       BuildStepMetadata(PlanOf({RunOf(1, 0, tokens, 2, 1), RunOf(2, 1, tokens, 1, 1)}, 1), 10, 4);
   ASSERT_TRUE(decodes.ok());
   EXPECT_TRUE(IsDecodeOnly(*decodes));
+  EXPECT_TRUE(SamplesEveryRow(*decodes));
+  EXPECT_FALSE(SamplesEveryRow(WorkedExample()));  // a prompt chunk samples its last row only
   // A one-token prompt is a run of one token but starts fresh: not replayed.
   auto fresh =
       BuildStepMetadata(PlanOf({RunOf(1, 0, tokens, 2, 1), RunOf(2, 1, tokens, 0, 1)}, 1), 10, 4);
@@ -113,11 +115,13 @@ TEST(DecodeBucketTest, PaddingAppendsScratchEntriesAfterTheRealOnes) {
   EXPECT_EQ(padded.sample_rows, (std::vector<int32_t>{0, 2, 2, 3}));  // the real samples first
   EXPECT_EQ(padded.sample_sequences, meta->sample_sequences);
   EXPECT_TRUE(IsDecodeOnly(padded));
+  EXPECT_FALSE(SamplesEveryRow(padded));  // so it runs op by op, with the gather
   EXPECT_TRUE(ValidateRecurrentBatch(padded.batch, 4, 8).ok());
   // The capture batch: every entry on the scratch row, which may repeat.
   const StepMetadata scratch = ScratchDecodeBatch(8, 8);
   EXPECT_EQ(scratch.batch.slots, std::vector<int32_t>(8, 8));
   EXPECT_EQ(scratch.num_samples(), 8);
+  EXPECT_TRUE(SamplesEveryRow(scratch));  // what a graph is captured for
   EXPECT_TRUE(ValidateRecurrentBatch(scratch.batch, 8, 8).ok());
 }
 
@@ -130,6 +134,55 @@ std::unique_ptr<LoadedModel> LoadTiny(const std::string& name, int64_t state_row
                                           state_rows, model::WeightType::kAuto);
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   return std::move(loaded).value();
+}
+
+// A step that samples every row in order feeds lm_head from the final norm (bf16 rows with
+// bf16 weights); one that skips a row gathers the sampled rows: the same logits for the rows
+// both sample, bit for bit, and the same states.
+TEST(DecodePaddingTest, SamplingEveryRowEqualsGatheringTheSampledRows) {
+  std::vector<std::unique_ptr<LoadedModel>> models;
+  for (const char* name : {"every_row", "gathered"}) {
+    auto dir = testing_reference::WriteShape(name, "tiny", model::DType::kBF16, {});
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    BackendOptions options;
+    options.threads = 2;
+    auto loaded = testing_reference::LoadOn(*dir, *CreateBackend(BackendKind::kCpu, options), 4,
+                                            model::WeightType::kAuto);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    models.push_back(std::move(loaded).value());
+  }
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<ScheduledSequence> prefill, decodes;
+  for (int i = 0; i < 3; ++i) {
+    prompts.push_back(TokensBelow(250, 6 + 5 * i, 70 + i));
+    const int32_t n = static_cast<int32_t>(prompts[i].size());
+    prefill.push_back(RunOf(i, i, prompts[i], 0, n - 1));
+    decodes.push_back(RunOf(i, i, prompts[i], n - 1, 1));
+  }
+  std::vector<float> logits[2];
+  for (int m = 0; m < 2; ++m) {
+    ASSERT_TRUE(models[m]->runner->Execute(PlanOf(prefill, 1)).ok);
+    std::vector<ScheduledSequence> step = decodes;
+    if (m == 1) step[1].sample = false;
+    auto meta = BuildStepMetadata(PlanOf(step, 2), models[m]->model->config().padded_vocab_size(), 4);
+    ASSERT_TRUE(meta.ok());
+    EXPECT_EQ(SamplesEveryRow(*meta), m == 0);
+    auto& pool = const_cast<StatePool&>(models[m]->runner->state_pool());
+    ASSERT_TRUE(models[m]->model->Forward(*meta, pool, false, logits[m]).ok());
+  }
+  const size_t width = logits[1].size() / 2;
+  ASSERT_EQ(logits[0].size(), 3 * width);
+  EXPECT_EQ(std::vector<float>(logits[0].begin(), logits[0].begin() + width),
+            std::vector<float>(logits[1].begin(), logits[1].begin() + width));
+  EXPECT_EQ(std::vector<float>(logits[0].begin() + 2 * width, logits[0].end()),
+            std::vector<float>(logits[1].begin() + width, logits[1].end()));
+  for (int64_t row = 0; row < 3; ++row) {
+    auto a = testing_reference::SnapshotState(*models[0]->backend, models[0]->runner->state_pool());
+    auto b = testing_reference::SnapshotState(*models[1]->backend, models[1]->runner->state_pool());
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(testing_reference::StateRow(models[0]->runner->state_pool(), *a, row),
+              testing_reference::StateRow(models[1]->runner->state_pool(), *b, row));
+  }
 }
 
 // The host path's view of `plan`: `host` (the same weights, its own pool) runs the step,

@@ -191,8 +191,8 @@ void ExpectGraphDecodeMatchesEager(int n) {
   EXPECT_EQ(gpu->model->graph_captures(), 1);
   EXPECT_EQ(gpu->model->graph_replays(), 1);
   // A decode layer is 4 launches (AddRmsNorm, in_proj, MixerDecode, out_proj); around them
-  // the embedding, the final norm, the row gather, lm_head (with its input conversion) and
-  // a few more at most.
+  // the embedding, the final norm (writing lm_head's bf16 rows: no gather, no conversion)
+  // and lm_head, and a few more at most.
   const int64_t layers = gpu->model->config().n_layer;
   EXPECT_GT(gpu->model->graph_nodes(n), 4 * layers);
   EXPECT_LE(gpu->model->graph_nodes(n), 4 * layers + 12);
