@@ -50,7 +50,9 @@ struct CudaContext {
   int sm_count = 0;
   int compute_capability = 0;  // major * 10 + minor
   size_t shared_memory_per_block_optin = 0;
-  Workspace* workspace = nullptr;  // op scratch (e.g. SSD chunk states); not for matmul
+  // The chunked scan's scratch, its alone: its chunk list persists from one scan to the next
+  // of the same step (SsdPlanCache), so no other op may write it. Not for matmul.
+  Workspace* workspace = nullptr;
   SsdPlanCache* ssd_plans = nullptr;  // the chunked scan's plan, built once per step
 };
 

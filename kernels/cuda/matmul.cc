@@ -140,13 +140,19 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
     const void* b_data = x.raw();
     const void* b_remainder = nullptr;  // the f16 split's second plane
     int64_t ldx = std::max(x.stride(0), k);
-    // bf16 rows (with bf16 weights, checked by Backend::Matmul) are already what the
-    // conversion below would produce: cuBLASLt reads them in place when their start and
-    // stride are 16-byte aligned (the model's are), else they are copied aligned.
-    const bool bf16_in_place = x.dtype() == DType::kBF16 && (m == 1 || x.stride(0) >= k) &&
-                               Alignment(x.raw(), ldx * 2) == 16;
+    // With 16-bit weights cuBLASLt always sees x as 16-bit rows of leading dimension
+    // HalfRowsLd(k): the plan key (and so the pinned algorithm, and a row's bits) is then the
+    // same whether x came as f32 rows, converted, or as bf16 rows. bf16 rows (with bf16
+    // weights, checked by Backend::Matmul) are already what the conversion produces, and are
+    // read in place when they have that stride and a 16-byte aligned start (the model's do
+    // whenever d_model is a multiple of 128, as every released Mamba2's is); others are
+    // copied into that layout.
+    const int64_t half_ld = HalfRowsLd(k);
+    const bool bf16_in_place = x.dtype() == DType::kBF16 && (m == 1 || x.stride(0) == half_ld) &&
+                               Alignment(x.raw(), half_ld * 2) == 16;
+    if (bf16_in_place) ldx = half_ld;
     if (wt != DType::kF32 && !bf16_in_place) {
-      ldx = HalfRowsLd(k);
+      ldx = half_ld;
       const int planes = wt == DType::kF16 ? 2 : 1;
       COIL_RETURN_IF_ERROR(EnsureHalfRows(ctx, planes * m * ldx * 2));
       char* hi = static_cast<char*>(half_rows_.get());

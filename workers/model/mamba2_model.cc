@@ -587,8 +587,8 @@ absl::StatusOr<int64_t> Mamba2Model::RunDecodeGraph(const StepMetadata& meta, St
   } else {
     status = Annotate(uploaded.status(), "the step's metadata");
   }
-  // A step that does not sample every row in order (a decode-only step holding a prompt's
-  // one-token chunk that samples nothing) runs op by op, with the gather.
+  // A step whose padded sample rows are not 0..bucket-1 (a resumed prompt's one-token chunk
+  // that samples nothing, ahead of a row that does) runs op by op, with the gather.
   const bool every_row = SamplesEveryRow(padded);
   bool replayed = false;
   if (status.ok() && every_row && slot.graph != nullptr && !capture_failed_) {

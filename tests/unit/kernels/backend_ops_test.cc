@@ -5,6 +5,7 @@
 // to TestOpCases() (op_cases.cc); the coverage test fails until both are done.
 // Checks, in order: NaN/inf, NMSE against the reference, guards (state rows not in the
 // batch, the scratch row, bytes past each tensor, padding of strided rows) unchanged.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -183,6 +184,60 @@ TEST(GatedRmsNormInvariantTest, EqualsItsTwoHalvesBitForBit) {
     EXPECT_EQ(*one, *two);
     EXPECT_EQ(Decode(*one16, DType::kBF16), Decode(Encode(*two, DType::kBF16), DType::kBF16));
   });
+}
+
+// A matmul with bf16 weights gives the same y for f32 rows and for those rows rounded to
+// bf16, whatever their stride (the Backend contract): on CUDA, both reach the same pinned
+// cuBLASLt algorithm, so that a row's bits do not depend on which form the caller had
+// (the model's lm_head takes either, depending on whether a step samples every row).
+TEST(MatmulBf16RowsInvariantTest, F32RowsAndTheirBf16RowsGiveTheSameBits) {
+  constexpr int64_t kM = 5, kN = 37;
+  for (const int64_t k : {64, 100, 768}) {
+    SCOPED_TRACE(::testing::Message() << "K " << k);
+    std::mt19937_64 rng(SeedFromName(absl::StrCat("MatmulBf16Rows", k)));
+    const std::vector<float> w = RandomFloats(rng, kN * k);
+    const std::vector<float> x = RandomFloats(rng, kM * k, -2.0f, 2.0f);
+    // The bf16 rows three ways: packed at stride K, at a wider stride, and a single row.
+    const int64_t wide = k + 136;
+    std::vector<float> x_wide(kM * wide, 0.0f);
+    for (int64_t r = 0; r < kM; ++r) {
+      std::copy(x.begin() + r * k, x.begin() + (r + 1) * k, x_wide.begin() + r * wide);
+    }
+    ForEachAvailableBackend([&](Backend& be) {
+      const Device dev = be.device();
+      auto d_w = DeviceArray::FromFloats(be, w, DType::kBF16);
+      auto d_x = DeviceArray::FromFloats(be, x);
+      auto d_x16 = DeviceArray::FromFloats(be, x, DType::kBF16);
+      auto d_wide16 = DeviceArray::FromFloats(be, x_wide, DType::kBF16);
+      std::vector<DeviceArray> ys;
+      for (int i = 0; i < 4; ++i) {
+        auto y = DeviceArray::FromFloats(be, std::vector<float>(kM * kN));
+        ASSERT_TRUE(y.ok());
+        ys.push_back(std::move(y).value());
+      }
+      ASSERT_TRUE(d_w.ok() && d_x.ok() && d_x16.ok() && d_wide16.ok());
+      const Tensor tw(d_w->data(), DType::kBF16, {kN, k}, dev);
+      auto y_of = [&](const DeviceArray& y) { return Tensor(y.data(), DType::kF32, {kM, kN}, dev); };
+      ASSERT_TRUE(be.Matmul(Tensor(d_x->data(), DType::kF32, {kM, k}, dev), tw, y_of(ys[0])).ok());
+      ASSERT_TRUE(be.Matmul(Tensor(d_x16->data(), DType::kBF16, {kM, k}, dev), tw, y_of(ys[1])).ok());
+      const Tensor wide16(d_wide16->data(), DType::kBF16, {kM, wide}, dev);
+      ASSERT_TRUE(be.Matmul(wide16.Columns(0, k), tw, y_of(ys[2])).ok());
+      ASSERT_TRUE(be.Matmul(Tensor(d_x16->data(), DType::kBF16, {1, k}, dev), tw,
+                            Tensor(ys[3].data(), DType::kF32, {1, kN}, dev))
+                      .ok());
+      std::vector<std::vector<float>> got;
+      for (const DeviceArray& y : ys) {
+        auto v = y.ReadFloats();
+        ASSERT_TRUE(v.ok());
+        got.push_back(*v);
+      }
+      EXPECT_EQ(got[1], got[0]) << "bf16 rows at stride K";
+      EXPECT_EQ(got[2], got[0]) << "bf16 rows at a wider stride";
+      EXPECT_EQ(std::vector<float>(got[3].begin(), got[3].begin() + kN),
+                std::vector<float>(got[0].begin(), got[0].begin() + kN))
+          << "one bf16 row";
+    });
+  }
 }
 
 // A backend may keep what it derives from a batch between ops (the CUDA backend builds the
