@@ -80,6 +80,11 @@ ABSL_FLAG(std::string, dump_logits, "",
 ABSL_FLAG(std::string, score, "",
           "report the mean negative log-likelihood and perplexity of this text (or token-id) file");
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json (default: the model's, else GPT-NeoX-20B)");
+ABSL_FLAG(bool, cuda_graphs, true,
+          "with --device cuda: replay decode steps as CUDA graphs (false: op by op, for debugging)");
+ABSL_FLAG(bool, fused_mixer, true,
+          "run a decode step's conv, scan and gated norm as one fused op (false: three ops, the "
+          "same tokens)");
 
 namespace coil {
 namespace {
@@ -417,6 +422,8 @@ int Main(int argc, char** argv) {
       COIL_ASSIGN_OR_RETURN(checkpoint, model::OpenCheckpoint(model_dir));
       model::LoadOptions load;
       COIL_ASSIGN_OR_RETURN(load.weight_type, model::ParseWeightType(absl::GetFlag(FLAGS_weights)));
+      load.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+      load.fused_mixer = absl::GetFlag(FLAGS_fused_mixer);
       COIL_ASSIGN_OR_RETURN(model, model::Mamba2Model::Load(*checkpoint, *backend,
                                                             model_comm ? *model_comm : comm, load));
       COIL_ASSIGN_OR_RETURN(runner, ModelRunner::Create(*model, *backend, comm, /*state_rows=*/1));
