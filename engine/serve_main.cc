@@ -92,6 +92,9 @@ ABSL_FLAG(std::string, device, "cpu",
 ABSL_FLAG(bool, cuda_graphs, true,
           "with --device cuda: replay decode-only steps as CUDA graphs (false: op by op, for "
           "debugging)");
+ABSL_FLAG(bool, cuda_pdl, false,
+          "with --device cuda on sm_90+: launch the decode path's own kernels with programmatic "
+          "dependent launch (each scheduled while the previous one finishes)");
 ABSL_FLAG(bool, fused_mixer, true,
           "run a decode step's conv, scan and gated norm as one fused op (false: three ops, "
           "the same tokens; for measuring)");
@@ -465,6 +468,7 @@ int Main(int argc, char** argv) {
   const absl::Status device_ready = [&]() -> absl::Status {
     BackendOptions backend_options;
     backend_options.threads = ChooseThreads(absl::GetFlag(FLAGS_threads), comm->size());
+    backend_options.cuda_pdl = absl::GetFlag(FLAGS_cuda_pdl);
     if (plan->backend == BackendKind::kCuda) {
       // One GPU per rank: the rank's index among the ranks of its node.
       COIL_ASSIGN_OR_RETURN(backend_options.device_index, comm::LocalRankFromEnvironment());

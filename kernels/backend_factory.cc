@@ -24,6 +24,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
 #if COIL_WITH_CUDA
       auto backend = cuda::CudaBackend::Create(options.device_index);
       if (!backend.ok()) return backend.status();
+      (*backend)->set_pdl(options.cuda_pdl);
       return std::unique_ptr<Backend>(std::move(*backend));
 #else
       return absl::UnimplementedError(

@@ -19,6 +19,10 @@ struct BackendOptions {
   bool use_reference = false;
   // CUDA: the GPU to use, as numbered by CUDA_VISIBLE_DEVICES (a rank uses its local rank).
   int device_index = 0;
+  // CUDA: launch the decode path's own kernels (AddRmsNorm, MixerDecode) with programmatic
+  // dependent launch on sm_90 and newer, so each is scheduled while the kernel before it
+  // finishes (--cuda-pdl). Off by default until measured.
+  bool cuda_pdl = false;
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,

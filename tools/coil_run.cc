@@ -82,6 +82,8 @@ ABSL_FLAG(std::string, score, "",
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json (default: the model's, else GPT-NeoX-20B)");
 ABSL_FLAG(bool, cuda_graphs, true,
           "with --device cuda: replay decode steps as CUDA graphs (false: op by op, for debugging)");
+ABSL_FLAG(bool, cuda_pdl, false,
+          "with --device cuda on sm_90+: programmatic dependent launch for the decode kernels");
 ABSL_FLAG(bool, fused_mixer, true,
           "run a decode step's conv, scan and gated norm as one fused op (false: three ops, the "
           "same tokens)");
@@ -408,6 +410,7 @@ int Main(int argc, char** argv) {
     BackendOptions backend_options;
     backend_options.threads = ChooseThreads(absl::GetFlag(FLAGS_threads), comm.size());
     backend_options.use_reference = absl::GetFlag(FLAGS_reference);
+    backend_options.cuda_pdl = absl::GetFlag(FLAGS_cuda_pdl);
     if (device == BackendKind::kCuda) {
       COIL_ASSIGN_OR_RETURN(backend_options.device_index, comm::LocalRankFromEnvironment());
     }

@@ -6,10 +6,12 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/row_kernels.cuh"
 
 namespace coil::cuda {
@@ -21,6 +23,8 @@ __global__ void AddRmsNormKernel(const float* x, int64_t x_stride, const float* 
                                  float* residual, int64_t residual_stride, OutT* out,
                                  int64_t out_stride, int64_t rows, int64_t width) {
   __shared__ float scratch[32];
+  PdlWait();  // x is the previous kernel's output
+  PdlLaunchDependents();
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
     float* r = residual + t * residual_stride;
     const float* xr = x == nullptr ? nullptr : x + t * x_stride;
@@ -47,11 +51,14 @@ absl::Status LaunchAddRmsNorm(const CudaContext& ctx, const Tensor& x, const Ten
   if (rows == 0) return absl::OkStatus();
   const float* x_data = x.empty() ? nullptr : x.data<float>();
   const int64_t x_stride = x.empty() ? 0 : x.stride(0);
+  cudaError_t launched = cudaSuccess;
   WithOutPointer(out, [&](auto* o) {
-    AddRmsNormKernel<<<RowGrid(rows), kRowThreads, 0, ctx.stream>>>(
-        x_data, x_stride, weight.data<float>(), eps, residual.data<float>(), residual.stride(0),
-        o, out.stride(0), rows, width);
+    launched = LaunchMaybePdl(ctx, AddRmsNormKernel<std::remove_pointer_t<decltype(o)>>,
+                              dim3(RowGrid(rows)), dim3(kRowThreads), 0, x_data, x_stride,
+                              weight.data<float>(), eps, residual.data<float>(),
+                              residual.stride(0), o, out.stride(0), rows, width);
   });
+  COIL_CUDA_RETURN_IF_ERROR(launched);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -50,6 +50,9 @@ struct CudaContext {
   int sm_count = 0;
   int compute_capability = 0;  // major * 10 + minor
   size_t shared_memory_per_block_optin = 0;
+  // Launch the kernels that support it with programmatic dependent launch (pdl.cuh):
+  // BackendOptions::cuda_pdl, on sm_90 and newer only.
+  bool pdl = false;
   // The chunked scan's scratch, its alone: its chunk list persists from one scan to the next
   // of the same step (SsdPlanCache), so no other op may write it. Not for matmul.
   Workspace* workspace = nullptr;

@@ -5,12 +5,14 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/mixer_decode_block.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/row_kernels.cuh"
 #include "kernels/cuda/ssm_scan_kernels.cuh"
 
@@ -51,6 +53,8 @@ struct MixerDeviceExec {
 template <int kVec, int kSteps, typename OutT>
 __global__ void __launch_bounds__(kMixerThreads) MixerDecodeKernel(MixerDecodeParams p, OutT* out) {
   extern __shared__ float shared[];
+  PdlWait();  // xbc_in, dt and z are the previous kernel's output
+  PdlLaunchDependents();
   const MixerSmem sm = MixerSmemAt(shared, p.scan.d_state);
   MixerDeviceExec ex;
   MixerDecodeBlock<kVec, kSteps>(ex, sm, p, blockIdx.x,
@@ -92,13 +96,18 @@ absl::Status LaunchMixerDecode(const CudaContext& ctx, const Tensor& xbc_in, con
   }
   const size_t shared_bytes =
       static_cast<size_t>(MixerSmemFloats(p.scan.d_state)) * sizeof(float);
+  cudaError_t launched = cudaSuccess;
   COIL_RETURN_IF_ERROR(DispatchDecodeLanes(p.scan, [&](auto vec, auto steps) {
     WithOutPointer(out, [&](auto* o) {
-      MixerDecodeKernel<decltype(vec)::value, decltype(steps)::value>
-          <<<static_cast<unsigned>(blocks), kMixerThreads, shared_bytes, ctx.stream>>>(p, o);
+      launched = LaunchMaybePdl(
+          ctx,
+          MixerDecodeKernel<decltype(vec)::value, decltype(steps)::value,
+                            std::remove_pointer_t<decltype(o)>>,
+          dim3(static_cast<unsigned>(blocks)), dim3(kMixerThreads), shared_bytes, p, o);
     });
     return absl::OkStatus();
   }));
+  COIL_CUDA_RETURN_IF_ERROR(launched);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

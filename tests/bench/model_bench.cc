@@ -55,6 +55,8 @@ ABSL_FLAG(double, peak_tflops, -1,
           "cuda; none on the cpu)");
 ABSL_FLAG(std::string, weights, "auto", "matrix weight type: auto, f32, bf16");
 ABSL_FLAG(std::string, dtype, "bf16", "weights written when no --model is given: f32 or bf16");
+ABSL_FLAG(bool, cuda_pdl, false,
+          "with --device cuda on sm_90+: programmatic dependent launch for the decode kernels");
 ABSL_FLAG(bool, fused_mixer, true,
           "decode steps run the mixer as one fused op (false: its three ops, to measure the "
           "fusion)");
@@ -148,6 +150,7 @@ int Main(int argc, char** argv) {
   }
   BackendOptions backend_options;
   backend_options.threads = absl::GetFlag(FLAGS_threads);
+  backend_options.cuda_pdl = absl::GetFlag(FLAGS_cuda_pdl);
   auto created = CreateBackend(*device, backend_options);
   if (!created.ok()) {
     std::fprintf(stderr, "%s\n", created.status().ToString().c_str());

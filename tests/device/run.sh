@@ -230,6 +230,11 @@ if [[ -n $bench_exe && -n $make_model ]]; then
     --prefill 0 --fused-mixer=false > "$logs/model_bench_unfused.log" 2>&1 &&
     mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| decode' "$logs/model_bench_unfused.log" |
                                            sed 's/^| decode |/| decode, mixer unfused |/')
+  # And with programmatic dependent launch for the kernels that take it (off by default).
+  timeout 60 "$bench_exe" --model "$model_dir" --device cuda --batches 1,256 --decode-steps 32 \
+    --prefill 0 --cuda-pdl > "$logs/model_bench_pdl.log" 2>&1 &&
+    mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| decode' "$logs/model_bench_pdl.log" |
+                                           sed 's/^| decode |/| decode, pdl |/')
 fi
 
 # ---- per-op figures (no assertions): decode at 1 and 256 sequences and prefill of 2048

@@ -25,10 +25,15 @@ using testing_reference::PlanOf;
 using testing_reference::RunOf;
 using testing_reference::TokensBelow;
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeGpuBackend() {
+// pdl: programmatic dependent launch for the kernels that take it (sm_90 and newer; an
+// older GPU answers UNAVAILABLE, so the test skips).
+absl::StatusOr<std::unique_ptr<Backend>> MakeGpuBackend(bool pdl = false) {
 #if COIL_WITH_CUDA
   auto backend = cuda::CudaBackend::Create(0);
   if (!backend.ok()) return backend.status();
+  if (pdl && !(*backend)->set_pdl(true)) {
+    return absl::UnavailableError("programmatic dependent launch needs sm_90 or newer");
+  }
   return std::unique_ptr<Backend>(std::move(backend).value());
 #else
   return absl::UnavailableError("this build has no CUDA backend (configured without nvcc)");
@@ -270,6 +275,52 @@ TEST(Mamba2GpuTest, FusedMixerDecodeEqualsItsThreeOps) {
   }
   EXPECT_EQ(logits[1], logits[0]);
   EXPECT_EQ(states[1], states[0]);
+}
+
+// Programmatic dependent launch changes when kernels start, never what they compute: three
+// greedy decode steps through the graphs give the same logits with it and without.
+TEST(Mamba2GpuTest, ProgrammaticDependentLaunchGivesTheSameLogits) {
+  COIL_GPU_OR_SKIP(plain_backend);
+  auto pdl_backend = MakeGpuBackend(/*pdl=*/true);
+  if (absl::IsUnavailable(pdl_backend.status())) GTEST_SKIP() << pdl_backend.status();
+  ASSERT_TRUE(pdl_backend.ok()) << pdl_backend.status();
+  const std::string dir = Write130m("gpu_pdl", model::DType::kBF16);
+  std::unique_ptr<LoadedModel> models[2] = {Load(dir, std::move(plain_backend).value(), 4),
+                                            Load(dir, std::move(pdl_backend).value(), 4)};
+  ASSERT_TRUE(models[0] && models[1]);
+  const int32_t vocab = static_cast<int32_t>(models[0]->model->config().vocab_size);
+  std::vector<float> logits[2];
+  for (int m = 0; m < 2; ++m) {
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<ScheduledSequence> prefill;
+    for (int i = 0; i < 3; ++i) {
+      prompts.push_back(TokensBelow(vocab, 12 + 30 * i, 60 + i));
+      prefill.push_back(RunOf(i, i, prompts[i], 0, static_cast<int32_t>(prompts[i].size()) - 1));
+    }
+    ASSERT_TRUE(models[m]->runner->Execute(PlanOf(prefill, 1)).ok);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<ScheduledSequence> decodes;
+      for (int i = 0; i < 3; ++i) {
+        const int32_t n = static_cast<int32_t>(prompts[i].size());
+        decodes.push_back(RunOf(i, i, prompts[i], n - 1, 1));
+      }
+      auto meta = BuildStepMetadata(PlanOf(decodes, 2 + step),
+                                    models[m]->model->config().padded_vocab_size(), 4);
+      ASSERT_TRUE(meta.ok());
+      std::vector<float> step_logits;
+      auto& pool = const_cast<StatePool&>(models[m]->runner->state_pool());
+      ASSERT_TRUE(models[m]->model->Forward(*meta, pool, false, step_logits).ok());
+      const size_t width = step_logits.size() / 3;
+      for (int i = 0; i < 3; ++i) {  // the greedy token, appended to each prompt
+        const auto row = step_logits.begin() + i * width;
+        prompts[i].push_back(
+            static_cast<int32_t>(std::max_element(row, row + std::min<size_t>(width, vocab)) - row));
+      }
+      logits[m].insert(logits[m].end(), step_logits.begin(), step_logits.end());
+    }
+    EXPECT_GT(models[m]->model->graph_replays(), 0);
+  }
+  EXPECT_EQ(logits[1], logits[0]);
 }
 
 TEST(Mamba2GpuTest, GraphDecodeOfOneSequenceEqualsEagerDecode) { ExpectGraphDecodeMatchesEager(1); }
