@@ -1,5 +1,7 @@
 #include "kernels/backend_factory.h"
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend.h"
 #if COIL_WITH_CUDA
@@ -24,7 +26,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
 #if COIL_WITH_CUDA
       auto backend = cuda::CudaBackend::Create(options.device_index);
       if (!backend.ok()) return backend.status();
-      (*backend)->set_pdl(options.cuda_pdl);
+      if (options.cuda_pdl && !(*backend)->set_pdl(true)) {
+        std::fprintf(stderr,
+                     "coil: programmatic dependent launch is off: it needs an sm_90 or newer GPU "
+                     "and kernels built for compute_90 or newer (CMAKE_CUDA_ARCHITECTURES)\n");
+      }
       return std::unique_ptr<Backend>(std::move(*backend));
 #else
       return absl::UnimplementedError(

@@ -102,6 +102,14 @@ CudaBackend::~CudaBackend() {
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
 }
 
+bool CudaBackend::set_pdl(bool enabled) {
+  ctx_.pdl = false;
+  if (!enabled || ctx_.compute_capability < 90 || !MakeCurrent().ok()) return false;
+  const absl::StatusOr<bool> carried = KernelsCarryPdlWait();
+  ctx_.pdl = carried.ok() && *carried;
+  return ctx_.pdl;
+}
+
 absl::StatusOr<Buffer> CudaBackend::DoAllocate(size_t bytes) {
   COIL_RETURN_IF_ERROR(MakeCurrent());
   const size_t rounded = (bytes + 255) / 256 * 256;

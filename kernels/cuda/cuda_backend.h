@@ -53,12 +53,11 @@ class CudaBackend final : public Backend {
   // capturing a CUDA graph, whose Matmul would otherwise fail with FAILED_PRECONDITION.
   absl::Status ReserveMatmul(int64_t max_rows, int64_t max_k);
 
-  // Programmatic dependent launch for the kernels that support it (pdl.cuh); taken only on
-  // sm_90 and newer. Returns whether it is on.
-  bool set_pdl(bool enabled) {
-    ctx_.pdl = enabled && ctx_.compute_capability >= 90;
-    return ctx_.pdl;
-  }
+  // Programmatic dependent launch for the kernels that support it (pdl.cuh): taken only on
+  // sm_90 and newer, and only when this build's kernels for the GPU carry PdlWait (a build
+  // whose architectures all predate sm_90 runs JIT-compiled code without it). Returns
+  // whether it is on.
+  bool set_pdl(bool enabled);
 
  private:
   CudaBackend() = default;

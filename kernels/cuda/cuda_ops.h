@@ -73,6 +73,10 @@ absl::StatusOr<SsmScanParams> SsmScanParamsFor(const Tensor& x, const Tensor& dt
                                                const RecurrentBatch& batch,
                                                const Tensor& ssm_state, const Tensor& y);
 
+// Whether the kernels this build runs on the current GPU were compiled with PdlWait in them
+// (PTX of compute_90 or newer: pdl.cu), the condition for launching them with PDL.
+absl::StatusOr<bool> KernelsCarryPdlWait();
+
 absl::Status LaunchEmbedding(const CudaContext& ctx, const Tensor& ids, const Tensor& table,
                              int64_t vocab_offset, const Tensor& out);
 absl::Status LaunchAddRmsNorm(const CudaContext& ctx, const Tensor& x, const Tensor& weight,

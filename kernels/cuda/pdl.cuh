@@ -1,8 +1,8 @@
 // Programmatic dependent launch (PDL, sm_90 and newer): a kernel launched with it may be
-// scheduled while the kernel before it on the stream is still running, and waits inside
-// (PdlWait) until that kernel has finished and its writes are visible. What it hides is the
-// launch gap between two dependent kernels: on a decode step of small kernels that gap is a
-// large part of the time. Only kernels that call PdlWait before touching memory may be
+// scheduled before the kernel ahead of it on the stream has finished (as soon as that one
+// signals, or exits), and waits inside (PdlWait) until it has finished and its writes are
+// visible. What it hides is launch latency between two dependent kernels: on a decode step
+// of small kernels that is a large part of the time. Only kernels that call PdlWait before touching memory may be
 // launched with LaunchMaybePdl; both device calls are no-ops without a programmatic
 // dependency and below sm_90, so those kernels may be launched either way.
 #ifndef COIL_KERNELS_CUDA_PDL_CUH_
