@@ -430,7 +430,9 @@ absl::Status Mamba2Model::Compute(int64_t rows, int64_t sampled, bool all_rows,
   // A decode step whose heads hold their groups whole takes the mixer as one op (one launch
   // on CUDA), with the bits of the three ops it stands for.
   bool mixer_decode = fused_mixer_ && layout_.groups_whole();
-  for (int s = 0; s < batch.num_seqs() && mixer_decode; ++s) mixer_decode = batch.run_length(s) == 1;
+  for (int s = 0; s < batch.num_seqs() && mixer_decode; ++s) {
+    mixer_decode = batch.run_length(s) == 1;
+  }
 
   if (status.ok()) run(backend_.Embedding(ids, embedding_, layout_.vocab.begin, residual), kInputLayer);
   COIL_RETURN_IF_ERROR(
@@ -477,7 +479,8 @@ absl::Status Mamba2Model::Compute(int64_t rows, int64_t sampled, bool all_rows,
   // weights (the bits the matmul would round it to). Otherwise lm_head takes the sampled
   // rows, gathered by the embedding lookup over `normed`.
   const bool head_bf16 = all_rows && lm_head_.dtype() == ::coil::DType::kBF16;
-  Tensor head_in = head_bf16 ? Tensor(rows16_.data(), ::coil::DType::kBF16, {rows, d}, device) : normed;
+  Tensor head_in =
+      head_bf16 ? Tensor(rows16_.data(), ::coil::DType::kBF16, {rows, d}, device) : normed;
   run(backend_.AddRmsNorm(mixer_out, norm_f_, eps, residual, head_in), last);
   if (!status.ok() || sampled == 0) return absl::OkStatus();
   if (!all_rows) {
