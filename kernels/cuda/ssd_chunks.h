@@ -20,6 +20,16 @@
 #endif
 #endif
 
+// `#pragma unroll` in device code (a fixed-size array indexed by an unrolled loop stays in
+// registers); nothing on the host.
+#ifndef COIL_UNROLL
+#if defined(__CUDA_ARCH__)
+#define COIL_UNROLL _Pragma("unroll")
+#else
+#define COIL_UNROLL
+#endif
+#endif
+
 namespace coil::cuda {
 
 // One chunk: rows [row0, row0 + length) of sequence `seq`, all inside one multiple of

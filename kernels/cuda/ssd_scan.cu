@@ -29,7 +29,8 @@ namespace {
 constexpr int kTile = kSsdTile;              // output tile edge
 constexpr int kGemmThreads = kSsdTileThreads;  // 16 x 16 threads, 4 x 4 outputs each
 constexpr int kBuildThreads = 256;  // the chunk-list builder's one block
-constexpr int kCumsumWarps = 8;     // phase 1: one warp per head at a time
+constexpr int kCumsumWarps = 8;     // phase 1: heads per block, a warp each
+constexpr int kCumsumRounds = 8;    // phase 1: rounds of 32 rows whose loads go out together
 constexpr int kPassThreads = 256;   // phase 3: one state element per thread
 constexpr unsigned kMaxGridYZ = 65535;
 
@@ -99,35 +100,59 @@ __global__ void __launch_bounds__(kBuildThreads)
 
 // ---------------------------------------------------------------- phase 1: dt' and cumsum
 
-// Block per chunk; warp per head: dt' and the inclusive sum of A dt' (in double, as the CPU)
-// over the chunk, 32 rows at a time with a carry; then, every sum written (__syncwarp
-// orders the lanes' writes before the reads), each row's scales (SsdRowScales).
+// Warp per (chunk, head), grid (chunks, ceil(heads / kCumsumWarps)): dt' and the
+// inclusive sum of A dt' (in double, as the CPU) over the chunk, 32 rows at a time with a
+// carry, then each row's scales (SsdStoreRowScales). A lane owns row 32 r + lane of each
+// pass of kCumsumRounds rounds: it loads all of a pass's dt first, so the warp waits for
+// memory once per 32 kCumsumRounds rows, not once per round. When the chunk fits in one
+// pass (chunk_size <= 256, mamba2's), the scales come from the sums still in registers;
+// a longer chunk reads them back once every sum is written (__syncwarp orders the lanes'
+// writes before the reads). Either way the values are those of one round at a time.
 __global__ void __launch_bounds__(kCumsumWarps * 32)
     ChunkCumsumKernel(SsmScanParams p, SsdScratch w) {
+  const int32_t head = static_cast<int32_t>(blockIdx.y) * kCumsumWarps + (threadIdx.x >> 5);
+  if (head >= p.heads) return;  // the whole warp: nothing below syncs the block
   const SsdChunk chunk = w.chunks[blockIdx.x];
   const int lane = threadIdx.x & 31;
-  for (int32_t head = threadIdx.x >> 5; head < p.heads; head += kCumsumWarps) {
-    const float a = SsmA(p, head);
-    const int64_t base = SsdRowIndex(p, head, chunk.row0);
-    double carry = 0.0;
-    for (int32_t t0 = 0; t0 < chunk.length; t0 += 32) {
-      const int32_t t = t0 + lane;
-      float value = 0.0f;
-      double step = 0.0;
-      if (t < chunk.length) {
-        value = SsmDt(p, static_cast<int64_t>(chunk.row0) + t, head);
-        step = static_cast<double>(a * value);
-      }
-      const double sum = WarpInclusiveSum<double>(step) + carry;
-      if (t < chunk.length) {
-        w.dtv[base + t] = value;
-        w.cum[base + t] = sum;
-      }
-      carry = __shfl_sync(0xffffffffu, sum, 31);
+  const float a = SsmA(p, head);
+  const int64_t base = SsdRowIndex(p, head, chunk.row0);
+  double carry = 0.0, cum_end = 0.0;
+  float value[kCumsumRounds];
+  double sum[kCumsumRounds];
+  for (int32_t t0 = 0; t0 < chunk.length; t0 += 32 * kCumsumRounds) {
+#pragma unroll
+    for (int r = 0; r < kCumsumRounds; ++r) {
+      const int32_t t = t0 + 32 * r + lane;
+      value[r] = t < chunk.length ? SsmDt(p, static_cast<int64_t>(chunk.row0) + t, head) : 0.0f;
     }
-    __syncwarp();
-    for (int32_t t = lane; t < chunk.length; t += 32) SsdRowScales(p, w, chunk, head, t);
+#pragma unroll
+    for (int r = 0; r < kCumsumRounds; ++r) {
+      const int32_t t = t0 + 32 * r + lane;
+      // Rows past the end add nothing to the rows before them (a lane's sum takes only
+      // lower lanes), so they may run the same scan.
+      const double step = t < chunk.length ? static_cast<double>(a * value[r]) : 0.0;
+      sum[r] = WarpInclusiveSum<double>(step) + carry;
+      if (t < chunk.length) {
+        w.dtv[base + t] = value[r];
+        w.cum[base + t] = sum[r];
+      }
+      carry = __shfl_sync(0xffffffffu, sum[r], 31);
+      // The sum at the chunk's last row, from the round that holds it (a shuffle per round
+      // rather than sum[] indexed by that round, which would put sum[] in local memory).
+      const double at_end = __shfl_sync(0xffffffffu, sum[r], (chunk.length - 1) % 32);
+      if (t0 + 32 * r < chunk.length && chunk.length <= t0 + 32 * (r + 1)) cum_end = at_end;
+    }
   }
+  if (chunk.length <= 32 * kCumsumRounds) {
+#pragma unroll
+    for (int r = 0; r < kCumsumRounds; ++r) {
+      const int32_t t = 32 * r + lane;
+      if (t < chunk.length) SsdStoreRowScales(w, base, t, sum[r], cum_end, value[r]);
+    }
+    return;
+  }
+  __syncwarp();
+  for (int32_t t = lane; t < chunk.length; t += 32) SsdRowScales(p, w, chunk, head, t);
 }
 
 // ---------------------------------------------------------------- phase 2: C B^T, states
@@ -242,7 +267,9 @@ absl::Status LaunchSsdChunked(const CudaContext& ctx, const SsmScanParams& p,
       ctx.ssd_plans->SetDeviceList(scratch, ctx.workspace->generation());
     }
   }
-  ChunkCumsumKernel<<<static_cast<unsigned>(num_chunks), kCumsumWarps * 32, 0, ctx.stream>>>(p, w);
+  ChunkCumsumKernel<<<dim3(static_cast<unsigned>(num_chunks),
+                          static_cast<unsigned>((p.heads + kCumsumWarps - 1) / kCumsumWarps)),
+                     kCumsumWarps * 32, 0, ctx.stream>>>(p, w);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (bf16_products && ctx.compute_capability >= 80) {
     return LaunchTiledPhases<true>(ctx, p, w, num_chunks, pairs, t_tiles, p_tiles, n_tiles);

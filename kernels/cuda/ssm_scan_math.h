@@ -241,15 +241,23 @@ COIL_HOST_DEVICE inline float* SsdChunkState(const SsmScanParams& p, const SsdSc
   return w.states + (k * p.heads + head) * static_cast<int64_t>(p.headdim) * p.d_state;
 }
 
-// Phase 1's last step, per row t of a chunk once its sums are all written: the two
-// per-row factors the tiled phases multiply their operands by, computed once here rather
-// than in every tile that loads the row (the same float operations either way).
+// Phase 1's last step, per row t of a chunk once its sums are known: the two per-row
+// factors the tiled phases multiply their operands by, computed once here rather than in
+// every tile that loads the row (the same float operations either way). `base` is the
+// chunk's SsdRowIndex, cum_t and cum_end the sums at t and at the chunk's last row, dtv_t
+// the row's dt'.
+COIL_HOST_DEVICE inline void SsdStoreRowScales(const SsdScratch& w, int64_t base, int32_t t,
+                                               double cum_t, double cum_end, float dtv_t) {
+  w.exp_cum[base + t] = expf(static_cast<float>(cum_t));
+  w.state_scale[base + t] = expf(static_cast<float>(cum_end - cum_t)) * dtv_t;
+}
+
+// The same, reading the sums and dt' back from the scratch once they are all written.
 COIL_HOST_DEVICE inline void SsdRowScales(const SsmScanParams& p, const SsdScratch& w,
                                           const SsdChunk& chunk, int32_t head, int32_t t) {
   const int64_t base = SsdRowIndex(p, head, chunk.row0);
-  const double cum_end = w.cum[base + chunk.length - 1];
-  w.exp_cum[base + t] = expf(static_cast<float>(w.cum[base + t]));
-  w.state_scale[base + t] = expf(static_cast<float>(cum_end - w.cum[base + t])) * w.dtv[base + t];
+  SsdStoreRowScales(w, base, t, w.cum[base + t], w.cum[base + chunk.length - 1],
+                    w.dtv[base + t]);
 }
 
 // The chunk-state operand exp(cum_end - cum_s) dt'_s x_s[col]: the chunk's own state is
@@ -265,6 +273,15 @@ COIL_HOST_DEVICE inline float SsdStateX(const SsmScanParams& p, const SsdScratch
 // sequence's chunks; each chunk's own state is replaced by the state entering it, and the
 // final state goes back to the slot. Reading the slot first and writing it last in the same
 // thread is what makes the in-place update safe.
+//
+// The carry h = h * decay + own is a chain through every chunk of the sequence (64 at 16k
+// tokens), but its loads are not: they are issued kSsdPassAhead chunks at a time, before
+// any of those chunks' stores, so the chain waits for memory once per batch rather than
+// once per chunk (a store between two loads would keep the compiler from moving the second
+// load up: it cannot prove that they do not alias). The arithmetic and its order are those
+// of a plain loop.
+inline constexpr int kSsdPassAhead = 8;
+
 COIL_HOST_DEVICE inline void SsdPassState(const SsmScanParams& p, const SsdScratch& w, int32_t seq,
                                           int32_t head, int64_t e) {
   const int32_t first = w.seq_first_chunk[seq], last = w.seq_first_chunk[seq + 1];
@@ -274,12 +291,24 @@ COIL_HOST_DEVICE inline void SsdPassState(const SsmScanParams& p, const SsdScrat
   const bool scratch = slot == p.state_rows;
   float* slot_state = p.state + (static_cast<int64_t>(slot) * p.heads + head) * per_head + e;
   float h = scratch || p.fresh[seq] != 0 ? 0.0f : *slot_state;
-  for (int32_t k = first; k < last; ++k) {
-    const SsdChunk chunk = w.chunks[k];
-    float* own = SsdChunkState(p, w, k, head) + e;
-    const float chunk_state = *own;
-    *own = h;
-    h = h * w.exp_cum[SsdRowIndex(p, head, chunk.row0) + chunk.length - 1] + chunk_state;
+  for (int32_t k0 = first; k0 < last; k0 += kSsdPassAhead) {
+    float own[kSsdPassAhead], decay[kSsdPassAhead];
+    COIL_UNROLL
+    for (int i = 0; i < kSsdPassAhead; ++i) {
+      own[i] = decay[i] = 0.0f;
+      if (k0 + i < last) {
+        const SsdChunk chunk = w.chunks[k0 + i];
+        own[i] = SsdChunkState(p, w, k0 + i, head)[e];
+        decay[i] = w.exp_cum[SsdRowIndex(p, head, chunk.row0) + chunk.length - 1];
+      }
+    }
+    COIL_UNROLL
+    for (int i = 0; i < kSsdPassAhead; ++i) {
+      if (k0 + i < last) {
+        SsdChunkState(p, w, k0 + i, head)[e] = h;
+        h = h * decay[i] + own[i];
+      }
+    }
   }
   if (!scratch) *slot_state = h;
 }

@@ -957,6 +957,12 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   cases.push_back(std::make_unique<SsmScanCase>(SsmShape{5, 8, 16, 3, 8, false, 3, 2},
                                                 std::vector<int32_t>{1, 19, 1, 0}, 4,
                                                 BatchMix{.max_start = 100, .fresh_every = 2}));
+  // Chunks longer than the 256 rows whose sums the CUDA phase 1 keeps in registers
+  // (chunk_size 300: whole chunks of 300, short first chunks of resuming runs), and more
+  // heads than one phase-1 block's 8 warps.
+  cases.push_back(std::make_unique<SsmScanCase>(SsmShape{9, 8, 16, 3, 300},
+                                                std::vector<int32_t>{700, 1, 2, 301, 299}, 6,
+                                                BatchMix{.max_start = 1000, .fresh_every = 2}));
   // Chunks of one token (chunk_size 1) through the chunked path.
   cases.push_back(std::make_unique<SsmScanCase>(SsmShape{2, 8, 16, 1, 1},
                                                 std::vector<int32_t>{5, 3}, 2));
