@@ -95,6 +95,10 @@ ABSL_FLAG(bool, cuda_graphs, true,
 ABSL_FLAG(bool, cuda_pdl, false,
           "with --device cuda on sm_90+: launch the decode path's own kernels with programmatic "
           "dependent launch (each scheduled while the previous one finishes)");
+ABSL_FLAG(int64_t, cuda_matmul_rows, 64,
+          "with --device cuda: the batch size cuBLASLt tunes each matmul shape's one algorithm "
+          "for (1..65536; every batch size runs it, so outputs do not depend on the batch): "
+          "small values favour decode latency, large ones long prefills");
 ABSL_FLAG(bool, fused_mixer, true,
           "run a decode step's conv, scan and gated norm as one fused op (false: three ops, "
           "the same tokens; for measuring)");
@@ -469,6 +473,7 @@ int Main(int argc, char** argv) {
     BackendOptions backend_options;
     backend_options.threads = ChooseThreads(absl::GetFlag(FLAGS_threads), comm->size());
     backend_options.cuda_pdl = absl::GetFlag(FLAGS_cuda_pdl);
+    backend_options.cuda_matmul_rows = absl::GetFlag(FLAGS_cuda_matmul_rows);
     if (plan->backend == BackendKind::kCuda) {
       // One GPU per rank: the rank's index among the ranks of its node.
       COIL_ASSIGN_OR_RETURN(backend_options.device_index, comm::LocalRankFromEnvironment());

@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -63,6 +64,10 @@ class Backend {
   virtual BackendKind kind() const = 0;
   virtual Device device() const = 0;
   virtual std::string Name() const = 0;
+  // What the backend chose on its own that decides its speed (on CUDA, the cuBLASLt
+  // algorithm pinned for each matmul shape so far), one line each, for logs and
+  // benchmarks; empty where there is nothing to report.
+  virtual std::vector<std::string> Diagnostics() const { return {}; }
 
   // ---- memory ----
   // `bytes` of device memory, 64-byte aligned, zero-filled.

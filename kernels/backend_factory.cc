@@ -24,7 +24,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
     }
     case BackendKind::kCuda: {
 #if COIL_WITH_CUDA
-      auto backend = cuda::CudaBackend::Create(options.device_index);
+      auto backend = cuda::CudaBackend::Create(options.device_index, options.cuda_matmul_rows);
       if (!backend.ok()) return backend.status();
       if (options.cuda_pdl && !(*backend)->set_pdl(true)) {
         std::fprintf(stderr,

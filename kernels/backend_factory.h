@@ -3,6 +3,7 @@
 #ifndef COIL_KERNELS_BACKEND_FACTORY_H_
 #define COIL_KERNELS_BACKEND_FACTORY_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -23,6 +24,11 @@ struct BackendOptions {
   // dependent launch on sm_90 and newer, so each is scheduled while the kernel before it
   // finishes (--cuda-pdl). Off by default until measured.
   bool cuda_pdl = false;
+  // CUDA: the batch size cuBLASLt's heuristic tunes each matmul shape's one algorithm for
+  // (--cuda-matmul-rows; cuda::kDefaultMatmulHeuristicRows). Every M runs that algorithm, so
+  // rows stay batch-invariant whatever the value: small values give decode more blocks over
+  // N, large ones suit long prefills.
+  int64_t cuda_matmul_rows = 64;
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,

@@ -84,6 +84,10 @@ ABSL_FLAG(bool, cuda_graphs, true,
           "with --device cuda: replay decode steps as CUDA graphs (false: op by op, for debugging)");
 ABSL_FLAG(bool, cuda_pdl, false,
           "with --device cuda on sm_90+: programmatic dependent launch for the decode kernels");
+ABSL_FLAG(int64_t, cuda_matmul_rows, 64,
+          "with --device cuda: the batch size cuBLASLt tunes each matmul shape's one algorithm "
+          "for (1..65536; every batch size runs it, so outputs do not depend on the batch): "
+          "small values favour decode latency, large ones long prefills");
 ABSL_FLAG(bool, fused_mixer, true,
           "run a decode step's conv, scan and gated norm as one fused op (false: three ops, the "
           "same tokens)");
@@ -411,6 +415,7 @@ int Main(int argc, char** argv) {
     backend_options.threads = ChooseThreads(absl::GetFlag(FLAGS_threads), comm.size());
     backend_options.use_reference = absl::GetFlag(FLAGS_reference);
     backend_options.cuda_pdl = absl::GetFlag(FLAGS_cuda_pdl);
+    backend_options.cuda_matmul_rows = absl::GetFlag(FLAGS_cuda_matmul_rows);
     if (device == BackendKind::kCuda) {
       COIL_ASSIGN_OR_RETURN(backend_options.device_index, comm::LocalRankFromEnvironment());
     }

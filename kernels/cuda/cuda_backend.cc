@@ -58,7 +58,9 @@ absl::Status CudaBackend::MakeCurrent() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device_index) {
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device_index,
+                                                                 int64_t matmul_heuristic_rows) {
+  COIL_RETURN_IF_ERROR(CheckMatmulHeuristicRows(matmul_heuristic_rows));
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess || count == 0) {
@@ -83,7 +85,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device_inde
   ctx.ssd_plans = &backend->ssd_plans_;
   backend->name_ = absl::StrCat("cuda:", device_index, " (", prop.name, ", sm_", prop.major,
                                 prop.minor, ")");
-  COIL_ASSIGN_OR_RETURN(backend->matmul_, CublasLtMatmul::Create(ctx));
+  COIL_ASSIGN_OR_RETURN(backend->matmul_, CublasLtMatmul::Create(ctx, matmul_heuristic_rows));
   // Pinned staging for small copies (see DoCopy); without it copies stay pageable.
   if (cudaHostAlloc(&backend->pinned_, kPinnedSlotBytes * (kPinnedUploadSlots + 1),
                     cudaHostAllocDefault) != cudaSuccess) {
@@ -92,6 +94,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device_inde
   }
   return backend;
 }
+
+std::vector<std::string> CudaBackend::Diagnostics() const { return matmul_->DescribePlans(); }
 
 CudaBackend::~CudaBackend() {
   matmul_.reset();

@@ -31,13 +31,17 @@ absl::StatusOr<int> ChooseGpu(int requested, int visible);
 class CudaBackend final : public Backend {
  public:
   // Uses GPU `device_index` (as numbered by CUDA_VISIBLE_DEVICES); UNAVAILABLE when no GPU
-  // or driver is visible, INVALID_ARGUMENT when the index is out of range.
-  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device_index);
+  // or driver is visible, INVALID_ARGUMENT when the index is out of range or
+  // matmul_heuristic_rows is outside 1..kMaxMatmulHeuristicRows (CublasLtMatmul::Create).
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
+      int device_index, int64_t matmul_heuristic_rows = kDefaultMatmulHeuristicRows);
   ~CudaBackend() override;
 
   BackendKind kind() const override { return BackendKind::kCuda; }
   Device device() const override { return Device::kCuda; }
   std::string Name() const override { return name_; }
+  // The cuBLASLt algorithm pinned for each matmul shape so far.
+  std::vector<std::string> Diagnostics() const override;
 
   // CUDA graphs over the stream (cuda_graph.cc), captured in relaxed mode: a call that
   // synchronizes the stream or copies from pageable memory during a capture fails it.

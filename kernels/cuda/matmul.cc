@@ -20,17 +20,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace coil::cuda {
 namespace {
 
-// The M the heuristic is asked about: a constant, so the pinned algorithm, and with it
-// every bit of y, does not depend on which M a process happened to multiply first. 64 is
-// a mid-sized decode batch: large prefills pay a little for the smaller tile it tends to
-// pick, decode gets more blocks over N.
-constexpr int64_t kHeuristicRows = 64;
+// The M the heuristic is asked about (heuristic_rows_) is fixed for the object's life, so
+// the pinned algorithm, and with it every bit of y, does not depend on which M a process
+// happened to multiply first. The default, 64, is a mid-sized decode batch: large prefills
+// pay a little for the smaller tile it tends to pick, decode gets more blocks over N.
 constexpr int kHeuristicCandidates = 8;
 
 struct LtDestroy {
@@ -110,8 +110,10 @@ std::string KeyString(const PlanKey& key) {
 
 class CublasLtMatmulImpl final : public CublasLtMatmul {
  public:
-  static absl::StatusOr<std::unique_ptr<CublasLtMatmul>> Make(const CudaContext& ctx) {
-    auto m = std::unique_ptr<CublasLtMatmulImpl>(new CublasLtMatmulImpl());
+  static absl::StatusOr<std::unique_ptr<CublasLtMatmul>> Make(const CudaContext& ctx,
+                                                              int64_t heuristic_rows) {
+    COIL_RETURN_IF_ERROR(CheckMatmulHeuristicRows(heuristic_rows));
+    auto m = std::unique_ptr<CublasLtMatmulImpl>(new CublasLtMatmulImpl(heuristic_rows));
     cublasLtHandle_t handle = nullptr;
     COIL_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle));
     m->handle_.reset(handle);
@@ -213,8 +215,33 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
     return EnsureHalfRows(ctx, 2 * max_rows * HalfRowsLd(max_k) * 2);
   }
 
+  std::vector<std::string> DescribePlans() const override {
+    std::vector<std::string> lines;
+    for (const auto& [key, plan] : plans_) {
+      std::string line = absl::StrCat("matmul ", KeyString(key), ": pinned for M=",
+                                      heuristic_rows_);
+      for (const auto& [name, attr] :
+           {std::pair{"algo", CUBLASLT_ALGO_CONFIG_ID}, std::pair{"tile", CUBLASLT_ALGO_CONFIG_TILE_ID},
+            std::pair{"stages", CUBLASLT_ALGO_CONFIG_STAGES_ID},
+            std::pair{"cluster", CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID},
+            std::pair{"swizzle", CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING}}) {
+        // Every one of these attributes is a 32-bit value (uint16_t ids read into it
+        // zero-extended, the rest uint32_t or int32_t); one cuBLASLt does not know is left out.
+        uint32_t value = 0;
+        size_t written = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, attr, &value, sizeof(value),
+                                                 &written) == CUBLAS_STATUS_SUCCESS) {
+          absl::StrAppend(&line, ", ", name, " ", value);
+        }
+      }
+      absl::StrAppend(&line, "; checked for M in {", absl::StrJoin(plan.rows_checked, ","), "}");
+      lines.push_back(std::move(line));
+    }
+    return lines;
+  }
+
  private:
-  CublasLtMatmulImpl() = default;
+  explicit CublasLtMatmulImpl(int64_t heuristic_rows) : heuristic_rows_(heuristic_rows) {}
 
   // Grows the 16-bit copy of x to at least `bytes`. The old buffer is kept, not freed,
   // until this object goes: work still queued may read it, and a CUDA graph captured
@@ -248,7 +275,7 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
   }
 
   // The plan of `key`, made on first use: descriptors, then the heuristic's best
-  // algorithm for kHeuristicRows rows that runs with split-K off.
+  // algorithm for heuristic_rows_ rows that runs with split-K off.
   absl::StatusOr<Plan*> GetPlan(const PlanKey& key) {
     auto it = plans_.find(key);
     if (it != plans_.end()) return &it->second;
@@ -267,10 +294,10 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
     COIL_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&layout, in_type, key.k, key.n, key.k));
     plan.a.reset(layout);
     COIL_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatrixLayoutCreate(&layout, in_type, key.k, kHeuristicRows, key.ldx));
+        cublasLtMatrixLayoutCreate(&layout, in_type, key.k, heuristic_rows_, key.ldx));
     plan.b.reset(layout);
     COIL_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, key.n, kHeuristicRows, key.ldy));
+        cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, key.n, heuristic_rows_, key.ldy));
     plan.d.reset(layout);
 
     cublasLtMatmulPreference_t pref_raw = nullptr;
@@ -322,7 +349,7 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
         continue;
       }
       plan.algo = algo;
-      plan.rows_checked.insert(kHeuristicRows);
+      plan.rows_checked.insert(heuristic_rows_);
       return &plans_.emplace(key, std::move(plan)).first->second;
     }
     return absl::InternalError(absl::StrCat("none of the ", count,
@@ -331,6 +358,7 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
                                             "batch-invariant for this shape"));
   }
 
+  const int64_t heuristic_rows_;
   LtHandle handle_;
   DeviceMemory workspace_;
   DeviceMemory half_rows_;
@@ -341,8 +369,19 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CublasLtMatmul>> CublasLtMatmul::Create(const CudaContext& ctx) {
-  return CublasLtMatmulImpl::Make(ctx);
+absl::Status CheckMatmulHeuristicRows(int64_t rows) {
+  if (rows < 1 || rows > kMaxMatmulHeuristicRows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the matmul heuristic rows (--cuda-matmul-rows) are ", rows, "; use 1..",
+        kMaxMatmulHeuristicRows, ", the batch size cuBLASLt tunes each matmul shape's one "
+        "algorithm for"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CublasLtMatmul>> CublasLtMatmul::Create(const CudaContext& ctx,
+                                                                        int64_t heuristic_rows) {
+  return CublasLtMatmulImpl::Make(ctx, heuristic_rows);
 }
 
 }  // namespace coil::cuda

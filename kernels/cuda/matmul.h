@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,7 +28,11 @@ class CublasLtMatmul {
   // records its address).
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-  static absl::StatusOr<std::unique_ptr<CublasLtMatmul>> Create(const CudaContext& ctx);
+  // heuristic_rows: the M each shape's algorithm is chosen for (1..kMaxMatmulHeuristicRows;
+  // INVALID_ARGUMENT otherwise). Small values favour decode (more blocks over N at small
+  // M), large ones prefill; every M runs the chosen algorithm either way.
+  static absl::StatusOr<std::unique_ptr<CublasLtMatmul>> Create(
+      const CudaContext& ctx, int64_t heuristic_rows = kDefaultMatmulHeuristicRows);
   virtual ~CublasLtMatmul() = default;
   // x: f32 [M, K] (rows may be strided); w: f32/bf16/f16 [N, K]; y: f32 [M, N] (rows may be
   // strided). Checked by the Backend base class. Fails with FAILED_PRECONDITION when a
@@ -36,6 +42,9 @@ class CublasLtMatmul {
   // Sizes the 16-bit copy of x for any matmul of up to `max_rows` rows of up to `max_k`
   // columns, so that later calls never allocate. Call it before capturing a CUDA graph.
   virtual absl::Status Reserve(const CudaContext& ctx, int64_t max_rows, int64_t max_k) = 0;
+  // One line per shape pinned so far: its key and the algorithm's configuration (algorithm,
+  // tile, stages, cluster shape: cuBLASLt's ids, as numbered in cublasLt.h).
+  virtual std::vector<std::string> DescribePlans() const = 0;
 
  protected:
   CublasLtMatmul() = default;

@@ -57,6 +57,10 @@ ABSL_FLAG(std::string, weights, "auto", "matrix weight type: auto, f32, bf16");
 ABSL_FLAG(std::string, dtype, "bf16", "weights written when no --model is given: f32 or bf16");
 ABSL_FLAG(bool, cuda_pdl, false,
           "with --device cuda on sm_90+: programmatic dependent launch for the decode kernels");
+ABSL_FLAG(int64_t, cuda_matmul_rows, 64,
+          "with --device cuda: the batch size cuBLASLt tunes each matmul shape's one algorithm "
+          "for (1..65536; every batch size runs it, so outputs do not depend on the batch): "
+          "small values favour decode latency, large ones long prefills");
 ABSL_FLAG(bool, fused_mixer, true,
           "decode steps run the mixer as one fused op (false: its three ops, to measure the "
           "fusion)");
@@ -151,6 +155,7 @@ int Main(int argc, char** argv) {
   BackendOptions backend_options;
   backend_options.threads = absl::GetFlag(FLAGS_threads);
   backend_options.cuda_pdl = absl::GetFlag(FLAGS_cuda_pdl);
+  backend_options.cuda_matmul_rows = absl::GetFlag(FLAGS_cuda_matmul_rows);
   auto created = CreateBackend(*device, backend_options);
   if (!created.ok()) {
     std::fprintf(stderr, "%s\n", created.status().ToString().c_str());
@@ -263,6 +268,12 @@ int Main(int argc, char** argv) {
                   tokens / best, best * 1e3, comm_at_best / best * 100,
                   BoundCell(bound * 1e3).c_str(), ShareCell(bound, best).c_str());
     }
+  }
+  if (rank == 0) {
+    // What the backend chose for these runs (on CUDA, each matmul shape's pinned algorithm).
+    const std::vector<std::string> notes = backend->Diagnostics();
+    if (!notes.empty()) std::printf("\n");
+    for (const std::string& note : notes) std::printf("%s\n", note.c_str());
   }
   if (rank == 0 && absl::GetFlag(FLAGS_model).empty()) std::filesystem::remove_all(dir);
   return 0;

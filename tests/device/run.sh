@@ -235,6 +235,15 @@ if [[ -n $bench_exe && -n $make_model ]]; then
     --prefill 0 --cuda-pdl > "$logs/model_bench_pdl.log" 2>&1 &&
     mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| decode' "$logs/model_bench_pdl.log" |
                                            sed 's/^| decode |/| decode, pdl |/')
+  # cuBLASLt's algorithms pinned for single rows instead of 64 (--cuda-matmul-rows): what
+  # decode at batch 1 gains (more blocks over N) and what prefill loses, in one run.
+  timeout 90 "$bench_exe" --model "$model_dir" --device cuda --batches 1,256 --decode-steps 32 \
+    --prefill 2048 --prefill-seqs 8 --cuda-matmul-rows 1 > "$logs/model_bench_rows1.log" 2>&1 &&
+    mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| (decode|prefill)' "$logs/model_bench_rows1.log" |
+                                           sed -E 's/^\| (decode|prefill) \|/| \1, matmul rows 1 |/')
+  # The algorithms each run pinned (cuBLASLt's ids, cublasLt.h): the default's, then rows 1's.
+  mapfile -t -O "${#bench[@]}" bench < <(echo
+    grep -h -E '^matmul ' "$logs/model_bench.log" "$logs/model_bench_rows1.log" 2>/dev/null)
 fi
 
 # ---- per-op figures (no assertions): decode at 1 and 256 sequences and prefill of 2048

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "tests/unit/kernels/op_test_util.h"
@@ -20,12 +21,16 @@ struct Target {
   std::string name;
   BackendKind kind;
   int batched_threads, solo_threads;
+  int64_t cuda_matmul_rows = 64;  // the M each cuBLASLt algorithm is pinned for
 };
 
 std::vector<Target> Targets() {
   std::vector<Target> t = {{"cpu", BackendKind::kCpu, 2, 1}};
 #if COIL_WITH_CUDA
   t.push_back({"cuda", BackendKind::kCuda, 1, 1});
+  // Pinned for single rows and for long prefills: other algorithms, still one for every M.
+  t.push_back({"cuda_matmul_rows1", BackendKind::kCuda, 1, 1, 1});
+  t.push_back({"cuda_matmul_rows4096", BackendKind::kCuda, 1, 1, 4096});
 #endif
   return t;
 }
@@ -67,13 +72,15 @@ class BatchInvarianceTest : public ::testing::TestWithParam<Target> {
  protected:
   void SetUp() override {
     const Target& t = GetParam();
-    auto batched = CreateBackend(t.kind, {.threads = t.batched_threads});
+    auto batched =
+        CreateBackend(t.kind, {.threads = t.batched_threads, .cuda_matmul_rows = t.cuda_matmul_rows});
     // A build without CUDA (UNIMPLEMENTED) or a machine without a GPU (UNAVAILABLE) skips.
     if (absl::IsUnimplemented(batched.status()) || absl::IsUnavailable(batched.status())) {
       GTEST_SKIP() << batched.status();
     }
     ASSERT_TRUE(batched.ok()) << batched.status();
-    auto solo = CreateBackend(t.kind, {.threads = t.solo_threads});
+    auto solo =
+        CreateBackend(t.kind, {.threads = t.solo_threads, .cuda_matmul_rows = t.cuda_matmul_rows});
     ASSERT_TRUE(solo.ok()) << solo.status();
     batched_ = std::move(*batched);
     solo_ = std::move(*solo);
@@ -114,6 +121,19 @@ TEST_P(BatchInvarianceTest, Matmul) {
       EXPECT_TRUE(s.ok()) << s;
       return y.Read<float>();
     });
+  }
+  // On CUDA each of the three shapes reports the algorithm pinned for it, tuned for the
+  // target's M; the CPU has nothing to report.
+  const std::vector<std::string> notes = batched_->Diagnostics();
+  if (GetParam().kind == BackendKind::kCuda) {
+    ASSERT_EQ(notes.size(), 3u);
+    for (const std::string& note : notes) {
+      EXPECT_NE(note.find("N=203 K=190"), std::string::npos) << note;
+      EXPECT_NE(note.find(absl::StrCat("pinned for M=", GetParam().cuda_matmul_rows)),
+                std::string::npos) << note;
+    }
+  } else {
+    EXPECT_TRUE(notes.empty());
   }
 }
 

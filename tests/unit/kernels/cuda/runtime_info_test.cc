@@ -53,5 +53,16 @@ TEST(ChooseGpuTest, MapsLocalRanksToVisibleGpus) {
   EXPECT_TRUE(absl::IsInvalidArgument(ChooseGpu(-1, 2).status()));
 }
 
+// A bad --cuda-matmul-rows is refused before any GPU is looked for, with the range to use.
+TEST(CudaBackendTest, RefusesMatmulHeuristicRowsOutsideTheirRange) {
+  for (const int64_t rows : {int64_t{0}, int64_t{-3}, kMaxMatmulHeuristicRows + 1}) {
+    const auto backend = CudaBackend::Create(0, rows);
+    ASSERT_TRUE(absl::IsInvalidArgument(backend.status())) << rows << ": " << backend.status();
+    EXPECT_NE(backend.status().message().find("use 1..65536"), absl::string_view::npos);
+  }
+  EXPECT_TRUE(CheckMatmulHeuristicRows(1).ok());
+  EXPECT_TRUE(CheckMatmulHeuristicRows(kMaxMatmulHeuristicRows).ok());
+}
+
 }  // namespace
 }  // namespace coil::cuda
