@@ -120,10 +120,18 @@ __global__ void __launch_bounds__(kCumsumWarps * 32)
   float value[kCumsumRounds];
   double sum[kCumsumRounds];
   for (int32_t t0 = 0; t0 < chunk.length; t0 += 32 * kCumsumRounds) {
+    // The loads first, unconditionally (rows past the end read the last row, in bounds), so
+    // none waits behind the previous round's softplus, whose branches need its value.
+    float raw[kCumsumRounds];
+#pragma unroll
+    for (int r = 0; r < kCumsumRounds; ++r) {
+      const int32_t t = min(t0 + 32 * r + lane, chunk.length - 1);
+      raw[r] = p.dt[(static_cast<int64_t>(chunk.row0) + t) * p.dt_stride + head];
+    }
 #pragma unroll
     for (int r = 0; r < kCumsumRounds; ++r) {
       const int32_t t = t0 + 32 * r + lane;
-      value[r] = t < chunk.length ? SsmDt(p, static_cast<int64_t>(chunk.row0) + t, head) : 0.0f;
+      value[r] = t < chunk.length ? SsmDtOf(p, raw[r], head) : 0.0f;
     }
 #pragma unroll
     for (int r = 0; r < kCumsumRounds; ++r) {

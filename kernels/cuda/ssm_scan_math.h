@@ -97,10 +97,15 @@ inline SsdScratch SsdScratchAt(void* base, const SsdScratchLayout& layout) {
 
 // dt' = clamp(softplus(dt + bias), dt_min, dt_max), softplus in double as the CPU
 // reference computes it (one value per token and head: the cost is nil).
-COIL_HOST_DEVICE inline float SsmDt(const SsmScanParams& p, int64_t row, int32_t head) {
-  const double v = static_cast<double>(p.dt[row * p.dt_stride + head]) + p.dt_bias[head];
+// SsmDtOf takes dt[row, head] already loaded (so that a kernel can load several first).
+COIL_HOST_DEVICE inline float SsmDtOf(const SsmScanParams& p, float dt, int32_t head) {
+  const double v = static_cast<double>(dt) + p.dt_bias[head];
   const double sp = v > 20.0 ? v : log1p(exp(v));
   return fminf(fmaxf(static_cast<float>(sp), p.dt_min), p.dt_max);
+}
+
+COIL_HOST_DEVICE inline float SsmDt(const SsmScanParams& p, int64_t row, int32_t head) {
+  return SsmDtOf(p, p.dt[row * p.dt_stride + head], head);
 }
 
 // A = -exp(a_log), as the CPU computes it.
