@@ -250,13 +250,39 @@ absl::Status Backend::CopyFromHost(void* device_dst, const void* host_src, size_
   if (device_dst == nullptr || host_src == nullptr) {
     return absl::InvalidArgumentError("copy with a null pointer; pass both buffers");
   }
-  return DoCopy(device_dst, host_src, bytes, /*to_host=*/false);
+  return TimedOp([] { return "CopyFromHost"; },
+                 [&] { return DoCopy(device_dst, host_src, bytes, /*to_host=*/false); });
 }
 
 absl::Status Backend::FillZero(void* device_dst, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   if (device_dst == nullptr) return absl::InvalidArgumentError("fill with a null pointer; pass a buffer");
-  return DoFillZero(device_dst, bytes);
+  return TimedOp([] { return "FillZero"; }, [&] { return DoFillZero(device_dst, bytes); });
+}
+
+absl::Status Backend::BeginCapture() {
+  const absl::Status status = DoBeginCapture();
+  if (status.ok()) capturing_ = true;
+  return status;
+}
+
+absl::StatusOr<std::unique_ptr<Backend::Graph>> Backend::EndCapture() {
+  capturing_ = false;
+  return DoEndCapture();
+}
+
+absl::Status Backend::Replay(const Graph& graph) {
+  return TimedOp([] { return "Replay (graph)"; }, [&] { return DoReplay(graph); });
+}
+
+void Backend::SetOpTiming(bool on) {
+  timer_ = on ? std::make_unique<OpTimer>(MakeOpClock()) : nullptr;
+  OnOpTimer(timer_.get());
+}
+
+absl::StatusOr<std::vector<OpTime>> Backend::TakeOpTimes() {
+  if (timer_ == nullptr) return std::vector<OpTime>{};
+  return timer_->Take();
 }
 
 absl::Status Backend::DoBeginCapture() {
@@ -279,7 +305,8 @@ absl::Status Backend::CopyToHost(void* host_dst, const void* device_src, size_t 
   if (host_dst == nullptr || device_src == nullptr) {
     return absl::InvalidArgumentError("copy with a null pointer; pass both buffers");
   }
-  return DoCopy(host_dst, device_src, bytes, /*to_host=*/true);
+  return TimedOp([] { return "CopyToHost"; },
+                 [&] { return DoCopy(host_dst, device_src, bytes, /*to_host=*/true); });
 }
 
 absl::Status Backend::Embedding(const Tensor& ids, const Tensor& table, int64_t vocab_offset,
@@ -295,7 +322,8 @@ absl::Status Backend::Embedding(const Tensor& ids, const Tensor& table, int64_t 
     return absl::InvalidArgumentError(
         absl::StrCat("vocab_offset is ", vocab_offset, "; it must be >= 0"));
   }
-  return DoEmbedding(ids, table, vocab_offset, out);
+  return TimedOp([] { return "Embedding"; },
+                 [&] { return DoEmbedding(ids, table, vocab_offset, out); });
 }
 
 absl::Status Backend::AddRmsNorm(const Tensor& x, const Tensor& weight, float eps,
@@ -314,7 +342,8 @@ absl::Status Backend::AddRmsNorm(const Tensor& x, const Tensor& weight, float ep
   if (!(eps > 0.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("eps is ", eps, "; it must be > 0"));
   }
-  return DoAddRmsNorm(x, weight, eps, residual, out);
+  return TimedOp([] { return "AddRmsNorm"; },
+                 [&] { return DoAddRmsNorm(x, weight, eps, residual, out); });
 }
 
 absl::Status Backend::Matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
@@ -330,14 +359,16 @@ absl::Status Backend::Matmul(const Tensor& x, const Tensor& w, const Tensor& y) 
   COIL_RETURN_IF_ERROR(CheckDim("w", w, 1, x.dim(1), "x's width K"));
   COIL_RETURN_IF_ERROR(CheckDim("y", y, 0, x.dim(0), "x's rows M"));
   COIL_RETURN_IF_ERROR(CheckDim("y", y, 1, w.dim(0), "w's rows N"));
-  return DoMatmul(x, w, y);
+  return TimedOp([&] { return absl::StrCat("Matmul ", w.dim(0), "x", w.dim(1)); },
+                 [&] { return DoMatmul(x, w, y); });
 }
 
 absl::Status Backend::CausalConv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                    const RecurrentBatch& batch, const Tensor& conv_state,
                                    const Tensor& out) {
   COIL_RETURN_IF_ERROR(CheckCausalConv1d(*this, x, weight, bias, batch, conv_state, out));
-  return DoCausalConv1d(x, weight, bias, batch, conv_state, out);
+  return TimedOp([] { return "CausalConv1d"; },
+                 [&] { return DoCausalConv1d(x, weight, bias, batch, conv_state, out); });
 }
 
 absl::Status Backend::SsmScan(const Tensor& x, const Tensor& dt, const Tensor& a_log,
@@ -347,7 +378,9 @@ absl::Status Backend::SsmScan(const Tensor& x, const Tensor& dt, const Tensor& a
                               const Tensor& y) {
   COIL_RETURN_IF_ERROR(
       CheckSsmScan(*this, x, dt, a_log, b, c, d, dt_bias, options, batch, ssm_state, y));
-  return DoSsmScan(x, dt, a_log, b, c, d, dt_bias, options, batch, ssm_state, y);
+  return TimedOp(
+      [] { return "SsmScan"; },
+      [&] { return DoSsmScan(x, dt, a_log, b, c, d, dt_bias, options, batch, ssm_state, y); });
 }
 
 absl::Status Backend::GatedSumSquares(const Tensor& y, const Tensor& z, int64_t ngroups,
@@ -366,7 +399,8 @@ absl::Status Backend::GatedSumSquares(const Tensor& y, const Tensor& z, int64_t 
   }
   COIL_RETURN_IF_ERROR(CheckDim("sumsq", sumsq, 0, y.dim(0), "y's rows"));
   COIL_RETURN_IF_ERROR(CheckDim("sumsq", sumsq, 1, ngroups, "ngroups"));
-  return DoGatedSumSquares(y, z, ngroups, gated, sumsq);
+  return TimedOp([] { return "GatedSumSquares"; },
+                 [&] { return DoGatedSumSquares(y, z, ngroups, gated, sumsq); });
 }
 
 absl::Status Backend::GatedNormApply(const Tensor& gated, const Tensor& sumsq,
@@ -393,13 +427,15 @@ absl::Status Backend::GatedNormApply(const Tensor& gated, const Tensor& sumsq,
   if (!(eps > 0.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("eps is ", eps, "; it must be > 0"));
   }
-  return DoGatedNormApply(gated, sumsq, weight, group_size, eps, out);
+  return TimedOp([] { return "GatedNormApply"; },
+                 [&] { return DoGatedNormApply(gated, sumsq, weight, group_size, eps, out); });
 }
 
 absl::Status Backend::GatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
                                    int64_t ngroups, float eps, const Tensor& out) {
   COIL_RETURN_IF_ERROR(CheckGatedRmsNorm(*this, y, z, weight, ngroups, eps, out));
-  return DoGatedRmsNorm(y, z, weight, ngroups, eps, out);
+  return TimedOp([] { return "GatedRmsNorm"; },
+                 [&] { return DoGatedRmsNorm(y, z, weight, ngroups, eps, out); });
 }
 
 namespace {
@@ -484,8 +520,11 @@ absl::Status Backend::MixerDecode(const Tensor& xbc_in, const Tensor& dt, const 
           "xbc overlaps ", o == &y ? "y" : "out", "; MixerDecode's xbc needs memory of its own"));
     }
   }
-  return DoMixerDecode(xbc_in, dt, z, weights, options, norm_eps, batch, conv_state, ssm_state,
-                       xbc, y, out);
+  return TimedOp([] { return "MixerDecode"; },
+                 [&] {
+                   return DoMixerDecode(xbc_in, dt, z, weights, options, norm_eps, batch,
+                                        conv_state, ssm_state, xbc, y, out);
+                 });
 }
 
 absl::Status Backend::DoMixerDecode(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
@@ -509,7 +548,7 @@ absl::Status Backend::Argmax(const Tensor& logits, const Tensor& ids, const Tens
   COIL_RETURN_IF_ERROR(CheckTensor(*this, "values", values, {DType::kF32}, 1));
   COIL_RETURN_IF_ERROR(CheckDim("ids", ids, 0, logits.dim(0), "logits' rows"));
   COIL_RETURN_IF_ERROR(CheckDim("values", values, 0, logits.dim(0), "logits' rows"));
-  return DoArgmax(logits, ids, values);
+  return TimedOp([] { return "Argmax"; }, [&] { return DoArgmax(logits, ids, values); });
 }
 
 absl::Status Backend::GumbelArgmax(const Tensor& logits, const Tensor& temperatures,
@@ -537,7 +576,11 @@ absl::Status Backend::GumbelArgmax(const Tensor& logits, const Tensor& temperatu
         "vocab_offset is ", vocab_offset, " with ", logits.dim(1),
         " columns; the ids must lie in [0, 2^31 - 1), so pass the shard's first vocab id"));
   }
-  return DoGumbelArgmax(logits, temperatures, seeds, steps, vocab_offset, ids, scores);
+  return TimedOp([] { return "GumbelArgmax"; },
+                 [&] {
+                   return DoGumbelArgmax(logits, temperatures, seeds, steps, vocab_offset, ids,
+                                         scores);
+                 });
 }
 
 }  // namespace coil

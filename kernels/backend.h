@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/buffer.h"
+#include "kernels/op_timing.h"
 #include "kernels/recurrent_batch.h"
 #include "kernels/tensor.h"
 
@@ -96,13 +97,25 @@ class Backend {
     virtual int64_t nodes() const = 0;
   };
   virtual bool SupportsGraphs() const { return false; }
-  absl::Status BeginCapture() { return DoBeginCapture(); }
-  absl::StatusOr<std::unique_ptr<Graph>> EndCapture() { return DoEndCapture(); }
+  absl::Status BeginCapture();
+  absl::StatusOr<std::unique_ptr<Graph>> EndCapture();
   // Enqueues a captured graph; ordered with the ops before and after it.
-  absl::Status Replay(const Graph& graph) { return DoReplay(graph); }
+  absl::Status Replay(const Graph& graph);
   // False once backend-owned memory the graph refers to (op scratch) has been reallocated
   // since its capture: the graph must then be captured again.
   virtual bool IsGraphCurrent(const Graph& /*graph*/) const { return false; }
+
+  // ---- per-op timing (off by default): where a step's time goes ----
+  // While on, every op, copy and graph replay is timed, except while a graph is being
+  // captured: on CUDA between events on the stream (the op's kernels, and any wait for the
+  // host to launch them), on the CPU by the clock around the call. Turning it on or off
+  // drops the times not yet taken.
+  void SetOpTiming(bool on);
+  bool op_timing() const { return timer_ != nullptr; }
+  // The times since timing went on or since the last call, per op name (a matmul per
+  // N x K, and on CUDA the chunked scan's phases beside the whole scan), slowest first.
+  // Waits for the work issued so far. Empty when timing is off.
+  absl::StatusOr<std::vector<OpTime>> TakeOpTimes();
 
   // ---- ops: inputs first, then outputs; activations are f32, rows are tokens ----
 
@@ -206,6 +219,13 @@ class Backend {
  protected:
   Backend() = default;
 
+  // The clock SetOpTiming(true) times with: the wall clock, unless the backend's ops only
+  // enqueue their work (then it must override this).
+  virtual std::unique_ptr<OpClock> MakeOpClock() { return std::make_unique<HostOpClock>(); }
+  // Told of the timer when timing goes on, and of null when it goes off: for intervals
+  // inside an op (phases of one), which a backend adds while not capturing a graph.
+  virtual void OnOpTimer(OpTimer* /*timer*/) {}
+
  private:
   // One slot per public op; the arguments have been checked.
   virtual absl::StatusOr<Buffer> DoAllocate(size_t bytes) = 0;
@@ -247,6 +267,20 @@ class Backend {
                                       const Tensor& seeds, const Tensor& steps,
                                       int64_t vocab_offset, const Tensor& ids,
                                       const Tensor& scores) = 0;
+
+  // Runs `run`, timed under name() while timing is on and no graph is being captured.
+  template <typename Name, typename Run>
+  absl::Status TimedOp(Name name, Run run) {
+    if (timer_ == nullptr || capturing_) return run();
+    const absl::StatusOr<int64_t> begin = timer_->Begin();
+    if (!begin.ok()) return begin.status();
+    const absl::Status status = run();
+    const absl::Status ended = timer_->End(std::string(name()), *begin);
+    return status.ok() ? ended : status;
+  }
+
+  std::unique_ptr<OpTimer> timer_;
+  bool capturing_ = false;  // between a successful BeginCapture and EndCapture
 };
 
 // The public ops, by name: the op harness's coverage test fails for an op listed here

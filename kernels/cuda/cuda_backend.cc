@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -46,6 +48,57 @@ absl::StatusOr<int> ChooseGpu(int requested, int visible) {
       "GPU index ", requested, " is out of range: ", visible,
       " GPU(s) visible; start at most one rank per visible GPU on each node, or give each "
       "rank its own GPU with CUDA_VISIBLE_DEVICES"));
+}
+
+namespace {
+
+// Marks are events recorded on the backend's stream (made on its GPU, whichever thread
+// asks); Between waits for the later one. Events are reused after Clear.
+class StreamEventClock final : public OpClock {
+ public:
+  StreamEventClock(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
+  ~StreamEventClock() override {
+    for (cudaEvent_t event : events_) cudaEventDestroy(event);
+  }
+
+  absl::StatusOr<int64_t> Mark() override {
+    int current = -1;
+    COIL_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+    if (current != device_) COIL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    if (used_ == events_.size()) {
+      cudaEvent_t event = nullptr;
+      COIL_CUDA_RETURN_IF_ERROR(cudaEventCreate(&event));
+      events_.push_back(event);
+    }
+    COIL_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[used_], stream_));
+    return static_cast<int64_t>(used_++);
+  }
+
+  absl::StatusOr<double> Between(int64_t from, int64_t to) override {
+    const int64_t used = static_cast<int64_t>(used_);
+    if (from < 0 || to < 0 || from >= used || to >= used) {
+      return absl::OutOfRangeError(
+          absl::StrCat("marks ", from, " and ", to, " of ", used, "; take both before asking"));
+    }
+    COIL_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events_[to]));
+    float ms = 0.0f;
+    COIL_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, events_[from], events_[to]));
+    return static_cast<double>(ms) * 1e-3;
+  }
+
+  void Clear() override { used_ = 0; }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<OpClock> CudaBackend::MakeOpClock() {
+  return std::make_unique<StreamEventClock>(ctx_.device, ctx_.stream);
 }
 
 absl::Status CudaBackend::MakeCurrent() const {

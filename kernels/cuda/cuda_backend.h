@@ -67,6 +67,9 @@ class CudaBackend final : public Backend {
   CudaBackend() = default;
   // Makes this backend's GPU the calling thread's current device.
   absl::Status MakeCurrent() const;
+  // Op timing: marks are events recorded on the stream.
+  std::unique_ptr<OpClock> MakeOpClock() override;
+  void OnOpTimer(OpTimer* timer) override { ctx_.timer = timer; }
 
   absl::StatusOr<Buffer> DoAllocate(size_t bytes) override;
   absl::Status DoCopy(void* dst, const void* src, size_t bytes, bool to_host) override;

@@ -64,6 +64,9 @@ struct CudaContext {
   // of the same step (SsdPlanCache), so no other op may write it. Not for matmul.
   Workspace* workspace = nullptr;
   SsdPlanCache* ssd_plans = nullptr;  // the chunked scan's plan, built once per step
+  // Backend::SetOpTiming's timer while timing is on (null otherwise): a launcher may time
+  // its phases inside the op, never while the stream is capturing a graph.
+  OpTimer* timer = nullptr;
 };
 
 // The conv and scan kernels' parameters from the ops' tensors (device mirrors of the batch),

@@ -208,30 +208,56 @@ __global__ void __launch_bounds__(kGemmThreads, kBf16 ? 3 : 1)
                         static_cast<int32_t>(blockIdx.z));
 }
 
+// The phases as intervals "SsmScan: <phase>" inside the op's own, while op timing is on
+// and the stream is not capturing a graph.
+class PhaseTimes {
+ public:
+  PhaseTimes(const CudaContext& ctx, bool capturing) : timer_(capturing ? nullptr : ctx.timer) {}
+  // Ends the phase under way, if any, and starts `phase` (none when null).
+  absl::Status Next(const char* phase) {
+    if (timer_ == nullptr) return absl::OkStatus();
+    if (phase_ != nullptr) COIL_RETURN_IF_ERROR(timer_->End(phase_, begin_));
+    phase_ = phase;
+    if (phase_ == nullptr) return absl::OkStatus();
+    COIL_ASSIGN_OR_RETURN(begin_, timer_->Begin());
+    return absl::OkStatus();
+  }
+
+ private:
+  OpTimer* timer_;
+  const char* phase_ = nullptr;
+  int64_t begin_ = 0;
+};
+
 // The three tiled phases in one form.
 template <bool kBf16>
 absl::Status LaunchTiledPhases(const CudaContext& ctx, const SsmScanParams& p,
                                const SsdScratch& w, int64_t num_chunks, int64_t pairs,
-                               int64_t t_tiles, int64_t p_tiles, int64_t n_tiles) {
+                               int64_t t_tiles, int64_t p_tiles, int64_t n_tiles,
+                               PhaseTimes& phases) {
+  COIL_RETURN_IF_ERROR(phases.Next("SsmScan: 2a C B^T"));
   ChunkCbKernel<kBf16>
       <<<dim3(static_cast<unsigned>(num_chunks * pairs), static_cast<unsigned>(p.groups)),
          kGemmThreads, 0, ctx.stream>>>(p, w, static_cast<int32_t>(pairs));
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  COIL_RETURN_IF_ERROR(phases.Next("SsmScan: 2b chunk states"));
   ChunkStateKernel<kBf16><<<dim3(static_cast<unsigned>(num_chunks), static_cast<unsigned>(p.heads),
                                  static_cast<unsigned>(p_tiles * n_tiles)),
                             kGemmThreads, 0, ctx.stream>>>(p, w);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   const int64_t per_head = static_cast<int64_t>(p.headdim) * p.d_state;
   const int64_t pass_blocks = (per_head + kPassThreads - 1) / kPassThreads;
+  COIL_RETURN_IF_ERROR(phases.Next("SsmScan: 3 state passing"));
   StatePassingKernel<<<dim3(static_cast<unsigned>(pass_blocks), static_cast<unsigned>(p.heads),
                             std::min<unsigned>(static_cast<unsigned>(p.num_seqs), kMaxGridYZ)),
                        kPassThreads, 0, ctx.stream>>>(p, w);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  COIL_RETURN_IF_ERROR(phases.Next("SsmScan: 4 chunk scan"));
   ChunkScanKernel<kBf16><<<dim3(static_cast<unsigned>(num_chunks * t_tiles),
                                 static_cast<unsigned>(p.heads), static_cast<unsigned>(p_tiles)),
                            kGemmThreads, 0, ctx.stream>>>(p, w, static_cast<int32_t>(t_tiles));
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  return phases.Next(nullptr);
 }
 
 }  // namespace
@@ -264,7 +290,9 @@ absl::Status LaunchSsdChunked(const CudaContext& ctx, const SsmScanParams& p,
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   COIL_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ctx.stream, &capture));
   const bool capturing = capture != cudaStreamCaptureStatusNone;
+  PhaseTimes phases(ctx, capturing);
   if (capturing || !ctx.ssd_plans->HasDeviceList(scratch, ctx.workspace->generation())) {
+    COIL_RETURN_IF_ERROR(phases.Next("SsmScan: 0 chunk list"));
     BuildChunksKernel<<<1, kBuildThreads, 0, ctx.stream>>>(p.cu_seqlens, p.start_positions,
                                                            p.num_seqs, chunk_size, p.groups,
                                                            w.chunks, w.seq_first_chunk);
@@ -275,14 +303,17 @@ absl::Status LaunchSsdChunked(const CudaContext& ctx, const SsmScanParams& p,
       ctx.ssd_plans->SetDeviceList(scratch, ctx.workspace->generation());
     }
   }
+  COIL_RETURN_IF_ERROR(phases.Next("SsmScan: 1 dt and cumsum"));
   ChunkCumsumKernel<<<dim3(static_cast<unsigned>(num_chunks),
                           static_cast<unsigned>((p.heads + kCumsumWarps - 1) / kCumsumWarps)),
                      kCumsumWarps * 32, 0, ctx.stream>>>(p, w);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (bf16_products && ctx.compute_capability >= 80) {
-    return LaunchTiledPhases<true>(ctx, p, w, num_chunks, pairs, t_tiles, p_tiles, n_tiles);
+    return LaunchTiledPhases<true>(ctx, p, w, num_chunks, pairs, t_tiles, p_tiles, n_tiles,
+                                   phases);
   }
-  return LaunchTiledPhases<false>(ctx, p, w, num_chunks, pairs, t_tiles, p_tiles, n_tiles);
+  return LaunchTiledPhases<false>(ctx, p, w, num_chunks, pairs, t_tiles, p_tiles, n_tiles,
+                                  phases);
 }
 
 }  // namespace coil::cuda

@@ -27,6 +27,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/command_line.h"
 #include "kernels/backend_factory.h"
@@ -61,6 +62,9 @@ ABSL_FLAG(int64_t, cuda_matmul_rows, 64,
           "with --device cuda: the batch size cuBLASLt tunes each matmul shape's one algorithm "
           "for (1..65536; every batch size runs it, so outputs do not depend on the batch): "
           "small values favour decode latency, large ones long prefills");
+ABSL_FLAG(bool, profile_ops, false,
+          "after the figures, time every op of the same decode steps (run op by op, no graphs) "
+          "and prefill, and print where each step's time goes");
 ABSL_FLAG(bool, fused_mixer, true,
           "decode steps run the mixer as one fused op (false: its three ops, to measure the "
           "fusion)");
@@ -89,6 +93,28 @@ ScheduledSequence Seq(uint64_t id, int32_t slot, std::vector<int32_t> tokens, in
   s.token_ids = std::move(tokens);
   s.sample = true;
   return s;
+}
+
+// One profiled phase's ops: calls and time per step, and the share of the step's wall time
+// (an op's phases, "Op: phase", are inside its own time and indented).
+std::string OpTimesTable(const std::string& title, const std::vector<OpTime>& times, int steps,
+                         double wall_seconds) {
+  std::string out =
+      absl::StrCat("\n", title, ": ", absl::StrFormat("%.1f", wall_seconds / steps * 1e6),
+                   " us per step (wall)\n| op | calls/step | us/step | share |\n"
+                   "|---|---:|---:|---:|\n");
+  double total = 0.0;
+  for (const OpTime& t : times) {
+    const bool phase = t.op.find(": ") != std::string::npos;
+    if (!phase) total += t.seconds;
+    absl::StrAppend(&out, "| ", phase ? "&nbsp;&nbsp;" : "", t.op, " | ",
+                    absl::StrFormat("%.2f", static_cast<double>(t.calls) / steps), " | ",
+                    absl::StrFormat("%.1f", t.seconds / steps * 1e6), " | ",
+                    absl::StrFormat("%.1f%%", 100.0 * t.seconds / wall_seconds), " |\n");
+  }
+  absl::StrAppend(&out, "| (ops together) | | ", absl::StrFormat("%.1f", total / steps * 1e6),
+                  " | ", absl::StrFormat("%.1f%%", 100.0 * total / wall_seconds), " |\n");
+  return out;
 }
 
 // The bound for a figure, or the default for the device when the flag is -1.
@@ -181,6 +207,8 @@ int Main(int argc, char** argv) {
   // Matrix weights dominate the parameters: 2 flops per weight and token.
   const double flops_per_token = 2.0 * weight_bytes / DTypeSize((*m)->weight_dtype());
   const auto& config = (*m)->config();
+  const bool profile = absl::GetFlag(FLAGS_profile_ops);
+  std::string profiles;  // printed after the figures
   uint64_t step = 0;
   auto run = [&](std::vector<ScheduledSequence> seqs, int32_t decodes) {
     StepPlan plan;
@@ -241,6 +269,26 @@ int Main(int argc, char** argv) {
                   BoundCell(bound * 1e3).c_str(), ShareCell(bound, per_step).c_str(),
                   nodes > 0 ? absl::StrCat(nodes).c_str() : "-");
     }
+    if (profile) {
+      // The same steps op by op: a graph replay would hide its ops.
+      (*m)->set_cuda_graphs(false);
+      decode_step();  // warm the eager path
+      backend->SetOpTiming(true);
+      const auto profile_start = Clock::now();
+      for (int i = 0; i < steps; ++i) decode_step();
+      const double wall = std::chrono::duration<double>(Clock::now() - profile_start).count();
+      auto times = backend->TakeOpTimes();
+      backend->SetOpTiming(false);
+      (*m)->set_cuda_graphs(load.cuda_graphs);
+      if (!times.ok()) {
+        std::fprintf(stderr, "op timing: %s\n", times.status().ToString().c_str());
+        return 1;
+      }
+      if (rank == 0) {
+        absl::StrAppend(&profiles, OpTimesTable(absl::StrCat("decode, batch ", batch, ", op by op"),
+                                                *times, steps, wall));
+      }
+    }
   }
   const int32_t prompt = absl::GetFlag(FLAGS_prefill);
   if (prompt > 0) {
@@ -268,7 +316,25 @@ int Main(int argc, char** argv) {
                   tokens / best, best * 1e3, comm_at_best / best * 100,
                   BoundCell(bound * 1e3).c_str(), ShareCell(bound, best).c_str());
     }
+    if (profile) {
+      backend->SetOpTiming(true);
+      const auto profile_start = Clock::now();
+      run(prompts, 0);
+      const double wall = std::chrono::duration<double>(Clock::now() - profile_start).count();
+      auto times = backend->TakeOpTimes();
+      backend->SetOpTiming(false);
+      if (!times.ok()) {
+        std::fprintf(stderr, "op timing: %s\n", times.status().ToString().c_str());
+        return 1;
+      }
+      if (rank == 0) {
+        absl::StrAppend(&profiles, OpTimesTable(absl::StrCat("prefill, ", prefill_seqs, " x ",
+                                                             prompt, " tokens"),
+                                                *times, 1, wall));
+      }
+    }
   }
+  if (rank == 0 && !profiles.empty()) std::printf("%s", profiles.c_str());
   if (rank == 0) {
     // What the backend chose for these runs (on CUDA, each matmul shape's pinned algorithm).
     const std::vector<std::string> notes = backend->Diagnostics();

@@ -25,6 +25,7 @@ mkdir -p "$logs"
 rows=()     # "| program | passed | failed | skipped | seconds | note |"
 bench=()    # the model benchmark's table lines
 op_table=() # the op benchmark's table lines
+profile=()  # where a step's time goes, op by op
 overall=0
 
 elapsed() { echo $(( $(date +%s) - started )); }
@@ -92,8 +93,8 @@ if [[ $configure_status -ne 0 ]]; then
   overall=1
 fi
 
-targets=(backend_ops_test cuda_runtime_test batch_invariance_test mamba2_model_test coil-make-model
-         coil-run model_bench op_bench)
+targets=(backend_ops_test cuda_runtime_test batch_invariance_test op_timing_test mamba2_model_test
+         coil-make-model coil-run model_bench op_bench)
 if [[ $configure_status -eq 0 ]]; then
   # The whole-model GPU tests, whatever their names: test programs under
   # tests/unit/workers/runner whose name says gpu or cuda.
@@ -154,6 +155,7 @@ run_gtest() {  # run_gtest TARGET TIMEOUT [GTEST_FILTER]
 run_gtest cuda_runtime_test 60
 run_gtest backend_ops_test 120
 run_gtest batch_invariance_test 60
+run_gtest op_timing_test 60
 # SANITIZE=1: the CUDA op cases again under compute-sanitizer's memcheck (out-of-bounds and
 # misaligned accesses), e.g. on a first run of new kernels. Off by default: it is slow.
 if [[ ${SANITIZE:-0} == 1 ]]; then
@@ -241,6 +243,12 @@ if [[ -n $bench_exe && -n $make_model ]]; then
     --prefill 2048 --prefill-seqs 8 --cuda-matmul-rows 1 > "$logs/model_bench_rows1.log" 2>&1 &&
     mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| (decode|prefill)' "$logs/model_bench_rows1.log" |
                                            sed -E 's/^\| (decode|prefill) \|/| \1, matmul rows 1 |/')
+  # Where each step's time goes, op by op (decode eager, so that every op is seen; the
+  # chunked scan by phase too), for the next round of work.
+  timeout 90 "$bench_exe" --model "$model_dir" --device cuda --batches 1,256 --decode-steps 16 \
+    --prefill 2048 --prefill-seqs 8 --profile-ops > "$logs/model_bench_profile.log" 2>&1 &&
+    mapfile -t profile < <(sed -n '/^decode, batch .*op by op/,$p' "$logs/model_bench_profile.log" |
+                           grep -v '^matmul ')
   # The algorithms each run pinned (cuBLASLt's ids, cublasLt.h): the default's, then rows 1's.
   mapfile -t -O "${#bench[@]}" bench < <(echo
     grep -h -E '^matmul ' "$logs/model_bench.log" "$logs/model_bench_rows1.log" 2>/dev/null)
@@ -289,6 +297,9 @@ fi
   if [[ ${#op_table[@]} -gt 0 ]]; then
     echo
     printf '%s\n' "${op_table[@]}"
+  fi
+  if [[ ${#profile[@]} -gt 0 ]]; then
+    printf '%s\n' "${profile[@]}"
   fi
 } | tee "$logs/summary.md"
 

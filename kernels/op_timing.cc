@@ -1,0 +1,51 @@
+#include "kernels/op_timing.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace coil {
+
+absl::StatusOr<int64_t> HostOpClock::Mark() {
+  marks_.push_back(std::chrono::steady_clock::now());
+  return static_cast<int64_t>(marks_.size()) - 1;
+}
+
+absl::StatusOr<double> HostOpClock::Between(int64_t from, int64_t to) {
+  const int64_t count = static_cast<int64_t>(marks_.size());
+  if (from < 0 || to < 0 || from >= count || to >= count) {
+    return absl::OutOfRangeError(
+        absl::StrCat("marks ", from, " and ", to, " of ", count, "; take both before asking"));
+  }
+  return std::chrono::duration<double>(marks_[to] - marks_[from]).count();
+}
+
+absl::Status OpTimer::End(std::string name, int64_t begin) {
+  COIL_ASSIGN_OR_RETURN(const int64_t end, clock_->Mark());
+  pending_.push_back({std::move(name), begin, end});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<OpTime>> OpTimer::Take() {
+  std::vector<OpTime> out;  // in order of first appearance, then sorted
+  for (const Interval& interval : pending_) {
+    COIL_ASSIGN_OR_RETURN(const double seconds, clock_->Between(interval.from, interval.to));
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const OpTime& t) { return t.op == interval.name; });
+    if (it == out.end()) {
+      out.push_back({interval.name, 0, 0.0});
+      it = out.end() - 1;
+    }
+    ++it->calls;
+    it->seconds += seconds;
+  }
+  pending_.clear();
+  clock_->Clear();
+  std::stable_sort(out.begin(), out.end(),
+                   [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+}  // namespace coil
