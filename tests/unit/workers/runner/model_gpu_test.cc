@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "tests/unit/workers/runner/runner_fixture.h"
+#include "tests/unit/workers/runner/thread_ranks.h"
 #include "workers/step_metadata.h"
 #if COIL_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
@@ -24,6 +26,7 @@ using testing_reference::LoadedModel;
 using testing_reference::PlanOf;
 using testing_reference::RunOf;
 using testing_reference::TokensBelow;
+using testing_reference::WorstRowError;
 
 // pdl: programmatic dependent launch for the kernels that take it (sm_90 and newer; an
 // older GPU answers UNAVAILABLE, so the test skips).
@@ -66,20 +69,6 @@ std::unique_ptr<LoadedModel> LoadCpu(const std::string& dir, int64_t state_rows)
   BackendOptions options;
   options.threads = 2;
   return Load(dir, *CreateBackend(BackendKind::kCpu, options), state_rows);
-}
-
-// The worst over rows of max |a - b| / max |b|, rows of `width` values.
-double WorstRowError(const std::vector<float>& a, const std::vector<float>& b, size_t width) {
-  double worst = 0.0;
-  for (size_t row = 0; row * width < b.size(); ++row) {
-    double diff = 0.0, scale = 0.0;
-    for (size_t i = row * width; i < (row + 1) * width; ++i) {
-      diff = std::max(diff, std::abs(double{a[i]} - double{b[i]}));
-      scale = std::max(scale, std::abs(double{b[i]}));
-    }
-    worst = std::max(worst, diff / std::max(scale, 1e-30));
-  }
-  return worst;
 }
 
 // A prefill step mixing a long prompt (chunks of 256 and a partial one), a short one and a
@@ -321,6 +310,32 @@ TEST(Mamba2GpuTest, ProgrammaticDependentLaunchGivesTheSameLogits) {
     EXPECT_GT(models[m]->model->graph_replays(), 0);
   }
   EXPECT_EQ(logits[1], logits[0]);
+}
+
+// TP2 with both shards on one GPU: two thread ranks, each with its own backend on GPU 0,
+// their collectives staged through host memory (NCCL refuses two ranks on one GPU). They
+// give the TP1 model's tokens of every kind (greedy, plain temperature through the device
+// Gumbel-max merged across ranks, top_p through the host sampler) and its logits within
+// 1e-5 relative (f32 weights): with the single group split across the ranks (the decode
+// mixer as three ops and the cross-rank gated norm) and with a group on each (the fused
+// mixer on each rank).
+TEST(Mamba2GpuTest, TwoShardsOnOneGpuGiveTheTp1TokensAndLogits) {
+  {
+    COIL_GPU_OR_SKIP(probe);
+  }
+  for (const int ngroups : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat(ngroups, " group(s)"));
+    const auto dir = testing_reference::WriteShape(absl::StrCat("gpu_tp2_g", ngroups), "tiny",
+                                                   model::DType::kF32,
+                                                   {{"ngroups", absl::StrCat(ngroups)}});
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    const auto gpu = [](int) { return MakeGpuBackend(); };
+    const std::vector<int32_t> prompt = TokensBelow(250, 23, 5);
+    const auto tp1 = testing_reference::RunOnThreadRanks(*dir, 1, gpu, prompt, 24);
+    const auto tp2 = testing_reference::RunOnThreadRanks(*dir, 2, gpu, prompt, 24);
+    testing_reference::ExpectShardsMatchTp1(
+        tp1, tp2, tp1[0].prompt_logits.size() / prompt.size(), 1e-5);
+  }
 }
 
 TEST(Mamba2GpuTest, GraphDecodeOfOneSequenceEqualsEagerDecode) { ExpectGraphDecodeMatchesEager(1); }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <filesystem>
 #include <memory>
@@ -17,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "tests/unit/workers/runner/test_models.h"
 #include "workers/comm/single_rank_communicator.h"
@@ -106,6 +108,61 @@ inline StepPlan PlanOf(std::vector<ScheduledSequence> runs, uint64_t step_id) {
   }
   plan.sequences = std::move(runs);
   return plan;
+}
+
+// One sequence's run tokens[begin, begin + count) as step `step` of request 1 on slot 0,
+// sampled with `sampling` at RNG step `rng_step`.
+inline StepPlan OneSequence(uint64_t step, const std::vector<int32_t>& tokens, int32_t begin,
+                     int32_t count, const SamplingParams& sampling, int32_t rng_step) {
+  StepPlan plan;
+  plan.step_id = step;
+  ScheduledSequence s;
+  s.request_id = 1;
+  s.state_slot = 0;
+  s.fresh = begin == 0;
+  s.token_ids.assign(tokens.begin() + begin, tokens.begin() + begin + count);
+  s.start_position = begin;
+  s.sample = true;
+  s.sampling = sampling;
+  s.rng_step = rng_step;
+  plan.num_decodes = s.fresh ? 0 : 1;
+  plan.sequences.push_back(s);
+  return plan;
+}
+
+// `n` tokens from `prompt`: the prompt in one step, then a decode step per token.
+inline std::vector<int32_t> Generate(ModelRunner& runner, const std::vector<int32_t>& prompt,
+                              const SamplingParams& sampling, int n) {
+  std::vector<int32_t> tokens = prompt, out;
+  uint64_t step = 0;
+  StepResult r = runner.Execute(OneSequence(++step, tokens, 0, static_cast<int32_t>(tokens.size()), sampling, 0));
+  EXPECT_TRUE(r.ok) << r.error;
+  if (!r.ok) return out;
+  out.push_back(r.tokens[0].token_id);
+  while (static_cast<int>(out.size()) < n) {
+    tokens.push_back(out.back());
+    r = runner.Execute(OneSequence(++step, tokens, static_cast<int32_t>(tokens.size()) - 1, 1, sampling,
+                                   static_cast<int32_t>(out.size())));
+    EXPECT_TRUE(r.ok) << r.error;
+    if (!r.ok) break;
+    out.push_back(r.tokens[0].token_id);
+  }
+  return out;
+}
+
+// The worst over rows of max |a - b| / max |b|, rows of `width` values.
+inline double WorstRowError(const std::vector<float>& a, const std::vector<float>& b,
+                            size_t width) {
+  double worst = 0.0;
+  for (size_t row = 0; row * width < b.size(); ++row) {
+    double diff = 0.0, scale = 0.0;
+    for (size_t i = row * width; i < (row + 1) * width && i < a.size(); ++i) {
+      diff = std::max(diff, std::abs(double{a[i]} - double{b[i]}));
+      scale = std::max(scale, std::abs(double{b[i]}));
+    }
+    worst = std::max(worst, diff / std::max(scale, 1e-30));
+  }
+  return worst;
 }
 
 inline std::vector<int32_t> TokensBelow(int32_t vocab, int count, uint32_t seed) {

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
+#include "tests/unit/workers/runner/runner_fixture.h"
 #include "tests/unit/workers/runner/test_models.h"
 #include "workers/comm/communicator.h"
 #include "workers/comm/single_rank_communicator.h"
@@ -76,42 +77,8 @@ std::unique_ptr<comm::Communicator> World() {
   return std::move(comm::CreateCommunicator(options)).value();
 }
 
-StepPlan OneSequence(uint64_t step, const std::vector<int32_t>& tokens, int32_t begin,
-                     int32_t count, const SamplingParams& sampling, int32_t rng_step) {
-  StepPlan plan;
-  plan.step_id = step;
-  ScheduledSequence s;
-  s.request_id = 1;
-  s.state_slot = 0;
-  s.fresh = begin == 0;
-  s.token_ids.assign(tokens.begin() + begin, tokens.begin() + begin + count);
-  s.start_position = begin;
-  s.sample = true;
-  s.sampling = sampling;
-  s.rng_step = rng_step;
-  plan.num_decodes = s.fresh ? 0 : 1;
-  plan.sequences.push_back(s);
-  return plan;
-}
-
-std::vector<int32_t> Generate(ModelRunner& runner, const std::vector<int32_t>& prompt,
-                              const SamplingParams& sampling, int n) {
-  std::vector<int32_t> tokens = prompt, out;
-  uint64_t step = 0;
-  StepResult r = runner.Execute(OneSequence(++step, tokens, 0, static_cast<int32_t>(tokens.size()), sampling, 0));
-  EXPECT_TRUE(r.ok) << r.error;
-  if (!r.ok) return out;
-  out.push_back(r.tokens[0].token_id);
-  while (static_cast<int>(out.size()) < n) {
-    tokens.push_back(out.back());
-    r = runner.Execute(OneSequence(++step, tokens, static_cast<int32_t>(tokens.size()) - 1, 1, sampling,
-                                   static_cast<int32_t>(out.size())));
-    EXPECT_TRUE(r.ok) << r.error;
-    if (!r.ok) break;
-    out.push_back(r.tokens[0].token_id);
-  }
-  return out;
-}
+using testing_reference::Generate;
+using testing_reference::OneSequence;
 
 class TensorParallelTest : public ::testing::TestWithParam<int> {};
 
