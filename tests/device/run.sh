@@ -8,11 +8,16 @@
 # 5 minutes, build included.
 #
 # Usage (from anywhere): tests/device/run.sh
-#   environment: OUT=DIR       copy the summary and every log there
+#   environment: OUT=DIR       write the summary and every log there as they come (a run
+#                              killed at its time limit still leaves what it had done)
+#                BUDGET=500    seconds for the whole run: each step's time limit is cut to
+#                              what is left, and a step with under 10 s left is skipped
 #                JOBS=16       build jobs          CUDA_ARCH=90   CMAKE_CUDA_ARCHITECTURES
 #                BUILD_DIR=build-device            EXTRA_TARGETS="t1 t2"  more test programs
-#                SANITIZE=1    also run the CUDA op cases under compute-sanitizer memcheck, and
-#                              the scan cases under racecheck (shared-memory races)
+#                SANITIZE=1    also run, last, the CUDA op cases under compute-sanitizer
+#                              memcheck, and the scan and mixer cases under racecheck
+# Order: build, the tests, one generation, the benchmarks and the op profile, then the
+# sanitizers: what a time limit cuts is what matters least.
 # Exit status: 0 when everything built and no test failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -20,7 +25,9 @@ started=$(date +%s)
 build=${BUILD_DIR:-build-device}
 jobs=${JOBS:-16}
 arch=${CUDA_ARCH:-90}
-logs=$build/device-logs
+budget=${BUDGET:-500}
+logs=${OUT:+$OUT/logs}
+logs=${logs:-$build/device-logs}
 mkdir -p "$logs"
 rows=()     # "| program | passed | failed | skipped | seconds | note |"
 bench=()    # the model benchmark's table lines
@@ -30,6 +37,15 @@ overall=0
 
 elapsed() { echo $(( $(date +%s) - started )); }
 note() { printf '[%4ss] %s\n' "$(elapsed)" "$*"; }
+# The time limit for a step that wants $1 seconds: what the budget leaves, at most $1; 0
+# (skip the step) when under 10 s are left.
+limit_for() {
+  local left=$(( budget - $(elapsed) - 5 ))
+  (( left < 10 )) && { echo 0; return; }
+  (( left < $1 )) && { echo "$left"; return; }
+  echo "$1"
+}
+skipped_for_time() { rows+=("| $1 | - | - | - | - | skipped: the ${budget} s budget is spent |"); }
 
 # ---- the machine ----
 note "machine"
@@ -121,6 +137,32 @@ program() {  # the built file of a target, or nothing
   find "$build" -type f -perm -u+x -name "$1" -not -path '*/CMakeFiles/*' 2>/dev/null | head -n 1
 }
 
+# The table so far, printed and (with OUT) written to $OUT/summary.md; called after each
+# section, so that a run cut short still leaves its figures.
+summary() {
+  {
+    echo
+    echo "## coil device check: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1), $(git rev-parse --short HEAD 2>/dev/null), $(elapsed) s in all"
+    echo
+    echo "| program | passed | failed | skipped | seconds | note |"
+    echo "|---|---:|---:|---:|---:|---|"
+    printf '%s\n' "${rows[@]}"
+    if [[ ${#bench[@]} -gt 0 ]]; then
+      echo
+      printf '%s\n' "${bench[@]}"
+    fi
+    if [[ ${#op_table[@]} -gt 0 ]]; then
+      echo
+      printf '%s\n' "${op_table[@]}"
+    fi
+    if [[ ${#profile[@]} -gt 0 ]]; then
+      printf '%s\n' "${profile[@]}"
+    fi
+  } > "$logs/summary.md"
+  [[ -n ${OUT:-} ]] && cp "$logs/summary.md" "$OUT/summary.md"
+  return 0
+}
+
 # ---- the test programs ----
 wrap=()  # a tool the test programs run under (compute-sanitizer), set for one call
 run_gtest() {  # run_gtest TARGET TIMEOUT [GTEST_FILTER]
@@ -128,6 +170,11 @@ run_gtest() {  # run_gtest TARGET TIMEOUT [GTEST_FILTER]
   exe=$(program "$name")
   if [[ -z $exe ]]; then
     rows+=("| $name | - | - | - | - | not built |")
+    return
+  fi
+  limit=$(limit_for "$limit")
+  if [[ $limit -eq 0 ]]; then
+    skipped_for_time "$name"
     return
   fi
   note "$name (timeout ${limit}s)"
@@ -156,6 +203,147 @@ run_gtest cuda_runtime_test 60
 run_gtest backend_ops_test 120
 run_gtest batch_invariance_test 60
 run_gtest op_timing_test 60
+summary
+# The whole model: the GPU cases of the CPU model test (its CPU cases take minutes), and
+# the GPU test programs found above.
+run_gtest mamba2_model_test 120 '*Gpu*:*GPU*:*Cuda*:*CUDA*'
+for name in "${model_tests[@]:-}" ${EXTRA_TARGETS:-}; do
+  [[ -n $name ]] && run_gtest "$name" 120
+done
+summary
+
+# ---- one generation on the GPU from a random 130m-shape model ----
+make_model=$(program coil-make-model)
+coil_run=$(program coil-run)
+model_dir=$(mktemp -d "${TMPDIR:-/tmp}/coil-130m-XXXXXX")
+trap 'rm -rf "$model_dir"' EXIT
+if [[ -n $make_model ]]; then
+  note "coil-make-model --shape 130m --dtype bf16"
+  if ! "$make_model" --shape 130m --dtype bf16 --out "$model_dir" > "$logs/make_model.log" 2>&1; then
+    rows+=("| coil-make-model | 0 | 1 | 0 | - | see make_model.log |")
+    overall=1
+    make_model=""
+  fi
+fi
+limit=$(limit_for 60)
+if [[ -n $make_model && -n $coil_run && $limit -eq 0 ]]; then
+  skipped_for_time "coil-run --device cuda"
+elif [[ -n $make_model && -n $coil_run ]]; then
+  note "coil-run --device cuda"
+  start=$(date +%s)
+  timeout "$limit" "$coil_run" --model "$model_dir" --device cuda --ids 510,2020,310,1063,3286,273 \
+    --max-tokens 16 > "$logs/coil_run.log" 2>&1
+  status=$?
+  seconds=$(( $(date +%s) - start ))
+  sed -n -E '/^(ids|prefill|decode): /p' "$logs/coil_run.log" | sed 's/^/    /'
+  if [[ $status -eq 0 ]] && grep -q '^ids: ' "$logs/coil_run.log"; then
+    rows+=("| coil-run --device cuda | 1 | 0 | 0 | $seconds | 16 tokens |")
+  else
+    overall=1
+    tail -n 3 "$logs/coil_run.log" | sed 's/^/    /'
+    rows+=("| coil-run --device cuda | 0 | 1 | 0 | $seconds | exit $status |")
+  fi
+fi
+summary
+
+# ---- the model benchmark (figures, no assertions) ----
+bench_exe=$(program model_bench)
+# bench_run LOG SECONDS ARGS...: one model_bench run on the 130m model, its time limit cut
+# to the budget; false when it failed, 125 when the budget left no time for it.
+bench_run() {
+  local log=$1 limit
+  limit=$(limit_for "$2")
+  shift 2
+  if [[ $limit -eq 0 ]]; then
+    skipped_for_time "model_bench $*"
+    return 125
+  fi
+  note "model_bench $* (timeout ${limit}s)"
+  timeout "$limit" "$bench_exe" --model "$model_dir" --device cuda "$@" > "$logs/$log" 2>&1
+}
+if [[ -n $bench_exe && -n $make_model ]]; then
+  start=$(date +%s)
+  bench_run model_bench.log 120 --batches 1,8,64,256 --decode-steps 32 --prefill 2048 \
+    --prefill-seqs 8
+  status=$?
+  seconds=$(( $(date +%s) - start ))
+  mapfile -t bench < <(grep -E '^(bounds:|\| (phase|---|decode|prefill))' "$logs/model_bench.log" 2>/dev/null)
+  if [[ $status -eq 0 ]]; then
+    rows+=("| model_bench --device cuda | 1 | 0 | 0 | $seconds | figures below |")
+  elif [[ $status -ne 125 ]]; then
+    overall=1
+    tail -n 3 "$logs/model_bench.log" 2>/dev/null | sed 's/^/    /'
+    rows+=("| model_bench --device cuda | 0 | 1 | 0 | $seconds | exit $status |")
+  fi
+  summary
+  # Where each step's time goes, op by op (decode eager, so that every op is seen; the
+  # chunked scan by phase too), for the next round of work.
+  bench_run model_bench_profile.log 90 --batches 1,256 --decode-steps 16 --prefill 2048 \
+    --prefill-seqs 8 --profile-ops &&
+    mapfile -t profile < <(sed -n '/^decode, batch .*op by op/,$p' "$logs/model_bench_profile.log" |
+                           grep -v '^matmul ')
+  summary
+  # cuBLASLt's algorithms pinned for single rows instead of 64 (--cuda-matmul-rows): what
+  # decode at batch 1 gains (more blocks over N) and what prefill loses, in one run.
+  bench_run model_bench_rows1.log 90 --batches 1,256 --decode-steps 32 --prefill 2048 \
+    --prefill-seqs 8 --cuda-matmul-rows 1 &&
+    mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| (decode|prefill)' "$logs/model_bench_rows1.log" |
+                                           sed -E 's/^\| (decode|prefill) \|/| \1, matmul rows 1 |/')
+  # The same decode steps with the mixer as three ops: what the fused MixerDecode saves.
+  bench_run model_bench_unfused.log 60 --batches 1,256 --decode-steps 32 --prefill 0 \
+    --fused-mixer=false &&
+    mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| decode' "$logs/model_bench_unfused.log" |
+                                           sed 's/^| decode |/| decode, mixer unfused |/')
+  # And with programmatic dependent launch for the kernels that take it (off by default).
+  bench_run model_bench_pdl.log 60 --batches 1,256 --decode-steps 32 --prefill 0 --cuda-pdl &&
+    mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| decode' "$logs/model_bench_pdl.log" |
+                                           sed 's/^| decode |/| decode, pdl |/')
+  # The algorithms each run pinned (cuBLASLt's ids, cublasLt.h): the default's, then rows 1's.
+  mapfile -t -O "${#bench[@]}" bench < <(echo
+    grep -h -E '^matmul ' "$logs/model_bench.log" "$logs/model_bench_rows1.log" 2>/dev/null)
+  summary
+fi
+
+# ---- per-op figures (no assertions): decode at 1 and 256 sequences and prefill of 2048
+# tokens for every op, and the 16k-token prefill for the ops other than the vocabulary-wide
+# matmul, embedding and argmax (gigabytes of random inputs, seconds of host time) ----
+op_exe=$(program op_bench)
+if [[ -n $op_exe ]]; then
+  start=$(date +%s)
+  status=125  # 125: skipped, the budget spent
+  status_16k=125
+  limit=$(limit_for 120)
+  if [[ $limit -gt 0 ]]; then
+    note "op_bench --device cuda (timeout ${limit}s)"
+    timeout "$limit" "$op_exe" --device cuda --rows 1,256,2048 --repeats 50 > "$logs/op_bench.log" 2>&1
+    status=$?
+  fi
+  limit=$(limit_for 60)
+  if [[ $limit -gt 0 ]]; then
+    timeout "$limit" "$op_exe" --device cuda --rows 16384 --repeats 50 \
+      --ops SsmScan,CausalConv1d,AddRmsNorm,GatedSumSquares,GatedNormApply,GatedRmsNorm \
+      > "$logs/op_bench_16k.log" 2>&1
+    status_16k=$?
+  fi
+  seconds=$(( $(date +%s) - start ))
+  # The first log's header and rows, then the second's rows (data rows start "| Op").
+  mapfile -t op_table < <(grep -E '^op_bench:' "$logs/op_bench.log" 2>/dev/null; echo
+                          grep -E '^\|' "$logs/op_bench.log" 2>/dev/null
+                          grep -E '^\| [A-Z]' "$logs/op_bench_16k.log" 2>/dev/null)
+  failed=$(cat "$logs/op_bench.log" "$logs/op_bench_16k.log" 2>/dev/null | grep -c '| failed: ')
+  if [[ $status -eq 0 && $status_16k -eq 0 ]]; then
+    rows+=("| op_bench --device cuda | 2 | 0 | 0 | $seconds | figures below |")
+  elif [[ $status -eq 125 && $status_16k -eq 125 ]]; then
+    skipped_for_time "op_bench --device cuda"
+  else
+    overall=1
+    tail -n 3 "$logs/op_bench.log" "$logs/op_bench_16k.log" 2>/dev/null | sed 's/^/    /'
+    rows+=("| op_bench --device cuda | - | $failed cases | 0 | $seconds | exit $status, $status_16k (124: timed out, 125: skipped) |")
+  fi
+  summary
+fi
+
+# ---- last, as they are slow: the sanitizers ----
 # SANITIZE=1: the CUDA op cases again under compute-sanitizer's memcheck (out-of-bounds and
 # misaligned accesses), e.g. on a first run of new kernels. Off by default: it is slow.
 if [[ ${SANITIZE:-0} == 1 ]]; then
@@ -173,139 +361,7 @@ if [[ ${SANITIZE:-0} == 1 ]]; then
     rows+=("| memcheck | - | - | - | - | compute-sanitizer not found |")
   fi
 fi
-# The whole model: the GPU cases of the CPU model test (its CPU cases take minutes), and
-# the GPU test programs found above.
-run_gtest mamba2_model_test 120 '*Gpu*:*GPU*:*Cuda*:*CUDA*'
-for name in "${model_tests[@]:-}" ${EXTRA_TARGETS:-}; do
-  [[ -n $name ]] && run_gtest "$name" 120
-done
 
-# ---- one generation on the GPU from a random 130m-shape model ----
-make_model=$(program coil-make-model)
-coil_run=$(program coil-run)
-model_dir=$(mktemp -d "${TMPDIR:-/tmp}/coil-130m-XXXXXX")
-trap 'rm -rf "$model_dir"' EXIT
-if [[ -n $make_model ]]; then
-  note "coil-make-model --shape 130m --dtype bf16"
-  if ! "$make_model" --shape 130m --dtype bf16 --out "$model_dir" > "$logs/make_model.log" 2>&1; then
-    rows+=("| coil-make-model | 0 | 1 | 0 | - | see make_model.log |")
-    overall=1
-    make_model=""
-  fi
-fi
-if [[ -n $make_model && -n $coil_run ]]; then
-  note "coil-run --device cuda"
-  start=$(date +%s)
-  timeout 60 "$coil_run" --model "$model_dir" --device cuda --ids 510,2020,310,1063,3286,273 \
-    --max-tokens 16 > "$logs/coil_run.log" 2>&1
-  status=$?
-  seconds=$(( $(date +%s) - start ))
-  sed -n -E '/^(ids|prefill|decode): /p' "$logs/coil_run.log" | sed 's/^/    /'
-  if [[ $status -eq 0 ]] && grep -q '^ids: ' "$logs/coil_run.log"; then
-    rows+=("| coil-run --device cuda | 1 | 0 | 0 | $seconds | 16 tokens |")
-  else
-    overall=1
-    tail -n 3 "$logs/coil_run.log" | sed 's/^/    /'
-    rows+=("| coil-run --device cuda | 0 | 1 | 0 | $seconds | exit $status |")
-  fi
-fi
-
-# ---- the model benchmark (figures, no assertions) ----
-bench_exe=$(program model_bench)
-if [[ -n $bench_exe && -n $make_model ]]; then
-  note "model_bench --device cuda"
-  start=$(date +%s)
-  timeout 120 "$bench_exe" --model "$model_dir" --device cuda --batches 1,8,64,256 \
-    --decode-steps 32 --prefill 2048 --prefill-seqs 8 > "$logs/model_bench.log" 2>&1
-  status=$?
-  seconds=$(( $(date +%s) - start ))
-  mapfile -t bench < <(grep -E '^(bounds:|\| (phase|---|decode|prefill))' "$logs/model_bench.log")
-  if [[ $status -eq 0 ]]; then
-    rows+=("| model_bench --device cuda | 1 | 0 | 0 | $seconds | figures below |")
-  else
-    overall=1
-    tail -n 3 "$logs/model_bench.log" | sed 's/^/    /'
-    rows+=("| model_bench --device cuda | 0 | 1 | 0 | $seconds | exit $status |")
-  fi
-  # The same decode steps with the mixer as three ops: what the fused MixerDecode saves.
-  timeout 60 "$bench_exe" --model "$model_dir" --device cuda --batches 1,256 --decode-steps 32 \
-    --prefill 0 --fused-mixer=false > "$logs/model_bench_unfused.log" 2>&1 &&
-    mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| decode' "$logs/model_bench_unfused.log" |
-                                           sed 's/^| decode |/| decode, mixer unfused |/')
-  # And with programmatic dependent launch for the kernels that take it (off by default).
-  timeout 60 "$bench_exe" --model "$model_dir" --device cuda --batches 1,256 --decode-steps 32 \
-    --prefill 0 --cuda-pdl > "$logs/model_bench_pdl.log" 2>&1 &&
-    mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| decode' "$logs/model_bench_pdl.log" |
-                                           sed 's/^| decode |/| decode, pdl |/')
-  # cuBLASLt's algorithms pinned for single rows instead of 64 (--cuda-matmul-rows): what
-  # decode at batch 1 gains (more blocks over N) and what prefill loses, in one run.
-  timeout 90 "$bench_exe" --model "$model_dir" --device cuda --batches 1,256 --decode-steps 32 \
-    --prefill 2048 --prefill-seqs 8 --cuda-matmul-rows 1 > "$logs/model_bench_rows1.log" 2>&1 &&
-    mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| (decode|prefill)' "$logs/model_bench_rows1.log" |
-                                           sed -E 's/^\| (decode|prefill) \|/| \1, matmul rows 1 |/')
-  # Where each step's time goes, op by op (decode eager, so that every op is seen; the
-  # chunked scan by phase too), for the next round of work.
-  timeout 90 "$bench_exe" --model "$model_dir" --device cuda --batches 1,256 --decode-steps 16 \
-    --prefill 2048 --prefill-seqs 8 --profile-ops > "$logs/model_bench_profile.log" 2>&1 &&
-    mapfile -t profile < <(sed -n '/^decode, batch .*op by op/,$p' "$logs/model_bench_profile.log" |
-                           grep -v '^matmul ')
-  # The algorithms each run pinned (cuBLASLt's ids, cublasLt.h): the default's, then rows 1's.
-  mapfile -t -O "${#bench[@]}" bench < <(echo
-    grep -h -E '^matmul ' "$logs/model_bench.log" "$logs/model_bench_rows1.log" 2>/dev/null)
-fi
-
-# ---- per-op figures (no assertions): decode at 1 and 256 sequences and prefill of 2048
-# tokens for every op, and the 16k-token prefill for the ops other than the vocabulary-wide
-# matmul, embedding and argmax (gigabytes of random inputs, seconds of host time) ----
-op_exe=$(program op_bench)
-if [[ -n $op_exe ]]; then
-  note "op_bench --device cuda"
-  start=$(date +%s)
-  timeout 120 "$op_exe" --device cuda --rows 1,256,2048 --repeats 50 > "$logs/op_bench.log" 2>&1
-  status=$?
-  timeout 60 "$op_exe" --device cuda --rows 16384 --repeats 50 \
-    --ops SsmScan,CausalConv1d,AddRmsNorm,GatedSumSquares,GatedNormApply,GatedRmsNorm \
-    > "$logs/op_bench_16k.log" 2>&1
-  status_16k=$?
-  seconds=$(( $(date +%s) - start ))
-  # The first log's header and rows, then the second's rows (data rows start "| Op").
-  mapfile -t op_table < <(grep -E '^op_bench:' "$logs/op_bench.log"; echo
-                          grep -E '^\|' "$logs/op_bench.log"
-                          grep -E '^\| [A-Z]' "$logs/op_bench_16k.log")
-  failed=$(cat "$logs/op_bench.log" "$logs/op_bench_16k.log" 2>/dev/null | grep -c '| failed: ')
-  if [[ $status -eq 0 && $status_16k -eq 0 ]]; then
-    rows+=("| op_bench --device cuda | 2 | 0 | 0 | $seconds | figures below |")
-  else
-    overall=1
-    tail -n 3 "$logs/op_bench.log" "$logs/op_bench_16k.log" | sed 's/^/    /'
-    rows+=("| op_bench --device cuda | - | $failed cases | 0 | $seconds | exit $status, $status_16k (124: timed out) |")
-  fi
-fi
-
-# ---- the table ----
-{
-  echo
-  echo "## coil device check: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1), $(git rev-parse --short HEAD 2>/dev/null), $(elapsed) s in all"
-  echo
-  echo "| program | passed | failed | skipped | seconds | note |"
-  echo "|---|---:|---:|---:|---:|---|"
-  printf '%s\n' "${rows[@]}"
-  if [[ ${#bench[@]} -gt 0 ]]; then
-    echo
-    printf '%s\n' "${bench[@]}"
-  fi
-  if [[ ${#op_table[@]} -gt 0 ]]; then
-    echo
-    printf '%s\n' "${op_table[@]}"
-  fi
-  if [[ ${#profile[@]} -gt 0 ]]; then
-    printf '%s\n' "${profile[@]}"
-  fi
-} | tee "$logs/summary.md"
-
-if [[ -n ${OUT:-} ]]; then
-  mkdir -p "$OUT/logs"
-  cp "$logs"/* "$OUT/logs/" 2>/dev/null
-  cp "$logs/summary.md" "$OUT/summary.md"
-fi
+summary
+cat "$logs/summary.md"
 exit "$overall"
