@@ -267,8 +267,9 @@ absl::Status Backend::BeginCapture() {
 }
 
 absl::StatusOr<std::unique_ptr<Backend::Graph>> Backend::EndCapture() {
+  auto graph = DoEndCapture();
   capturing_ = false;
-  return DoEndCapture();
+  return graph;
 }
 
 absl::Status Backend::Replay(const Graph& graph) {
@@ -277,10 +278,22 @@ absl::Status Backend::Replay(const Graph& graph) {
 
 void Backend::SetOpTiming(bool on) {
   timer_ = on ? std::make_unique<OpTimer>(MakeOpClock()) : nullptr;
+  timing_error_ = absl::OkStatus();
   OnOpTimer(timer_.get());
 }
 
+void Backend::StopOpTiming(const absl::Status& why) {
+  timing_error_ = why;
+  timer_ = nullptr;
+  OnOpTimer(nullptr);
+}
+
 absl::StatusOr<std::vector<OpTime>> Backend::TakeOpTimes() {
+  if (!timing_error_.ok()) {
+    const absl::Status why = timing_error_;
+    timing_error_ = absl::OkStatus();
+    return absl::Status(why.code(), absl::StrCat("op timing stopped: ", why.message()));
+  }
   if (timer_ == nullptr) return std::vector<OpTime>{};
   return timer_->Take();
 }

@@ -114,7 +114,8 @@ class Backend {
   bool op_timing() const { return timer_ != nullptr; }
   // The times since timing went on or since the last call, per op name (a matmul per
   // N x K, and on CUDA the chunked scan's phases beside the whole scan), slowest first.
-  // Waits for the work issued so far. Empty when timing is off.
+  // Waits for the work up to the last timed op. Empty when timing is off; the clock's
+  // error when it failed (timing is then off, and the ops ran as usual).
   absl::StatusOr<std::vector<OpTime>> TakeOpTimes();
 
   // ---- ops: inputs first, then outputs; activations are f32, rows are tokens ----
@@ -268,19 +269,28 @@ class Backend {
                                       int64_t vocab_offset, const Tensor& ids,
                                       const Tensor& scores) = 0;
 
-  // Runs `run`, timed under name() while timing is on and no graph is being captured.
+  // Runs `run`, timed under name() while timing is on and no graph is being captured. A
+  // clock that fails never fails the op: timing goes off, and TakeOpTimes reports why.
   template <typename Name, typename Run>
   absl::Status TimedOp(Name name, Run run) {
     if (timer_ == nullptr || capturing_) return run();
     const absl::StatusOr<int64_t> begin = timer_->Begin();
-    if (!begin.ok()) return begin.status();
+    if (!begin.ok()) {
+      StopOpTiming(begin.status());
+      return run();
+    }
     const absl::Status status = run();
-    const absl::Status ended = timer_->End(std::string(name()), *begin);
-    return status.ok() ? ended : status;
+    if (timer_ != nullptr) {
+      const absl::Status ended = timer_->End(std::string(name()), *begin);
+      if (!ended.ok()) StopOpTiming(ended);
+    }
+    return status;
   }
+  void StopOpTiming(const absl::Status& why);
 
   std::unique_ptr<OpTimer> timer_;
-  bool capturing_ = false;  // between a successful BeginCapture and EndCapture
+  absl::Status timing_error_;  // why timing stopped on its own, for TakeOpTimes
+  bool capturing_ = false;     // between a successful BeginCapture and EndCapture
 };
 
 // The public ops, by name: the op harness's coverage test fails for an op listed here

@@ -29,8 +29,15 @@ absl::Status OpTimer::End(std::string name, int64_t begin) {
 }
 
 absl::StatusOr<std::vector<OpTime>> OpTimer::Take() {
+  // Whatever happens below, the marks are forgotten: a failed take is not retried.
+  std::vector<Interval> pending = std::move(pending_);
+  pending_.clear();
+  struct ClearOnExit {
+    OpClock* clock;
+    ~ClearOnExit() { clock->Clear(); }
+  } clear{clock_.get()};
   std::vector<OpTime> out;  // in order of first appearance, then sorted
-  for (const Interval& interval : pending_) {
+  for (const Interval& interval : pending) {
     COIL_ASSIGN_OR_RETURN(const double seconds, clock_->Between(interval.from, interval.to));
     auto it = std::find_if(out.begin(), out.end(),
                            [&](const OpTime& t) { return t.op == interval.name; });
@@ -41,8 +48,6 @@ absl::StatusOr<std::vector<OpTime>> OpTimer::Take() {
     ++it->calls;
     it->seconds += seconds;
   }
-  pending_.clear();
-  clock_->Clear();
   std::stable_sort(out.begin(), out.end(),
                    [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
   return out;

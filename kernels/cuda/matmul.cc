@@ -225,13 +225,26 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
             std::pair{"stages", CUBLASLT_ALGO_CONFIG_STAGES_ID},
             std::pair{"cluster", CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID},
             std::pair{"swizzle", CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING}}) {
-        // Every one of these attributes is a 32-bit value (uint16_t ids read into it
-        // zero-extended, the rest uint32_t or int32_t); one cuBLASLt does not know is left out.
-        uint32_t value = 0;
+        // The attributes are 16- or 32-bit (cublasLt.h); cuBLASLt wants the exact size, so
+        // it is asked first. One it does not know is left out.
+        size_t size = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, attr, nullptr, 0, &size) !=
+            CUBLAS_STATUS_SUCCESS) {
+          continue;
+        }
         size_t written = 0;
-        if (cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, attr, &value, sizeof(value),
-                                                 &written) == CUBLAS_STATUS_SUCCESS) {
-          absl::StrAppend(&line, ", ", name, " ", value);
+        if (size == sizeof(uint16_t)) {
+          uint16_t value = 0;
+          if (cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, attr, &value, size, &written) ==
+              CUBLAS_STATUS_SUCCESS) {
+            absl::StrAppend(&line, ", ", name, " ", value);
+          }
+        } else if (size == sizeof(uint32_t)) {
+          uint32_t value = 0;
+          if (cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, attr, &value, size, &written) ==
+              CUBLAS_STATUS_SUCCESS) {
+            absl::StrAppend(&line, ", ", name, " ", value);
+          }
         }
       }
       absl::StrAppend(&line, "; checked for M in {", absl::StrJoin(plan.rows_checked, ","), "}");
@@ -337,25 +350,32 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
       return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for ", KeyString(key),
                                               ": ", cublasLtGetStatusString(status)));
     }
-    // The first candidate (best predicted) that still applies with split-K off.
+    // The first candidate (best predicted) that still applies with split-K off, at the M it
+    // was chosen for and at a single row, the smallest M there is: an algorithm that some M
+    // cannot run would have to be refused for it (a row must never change algorithm), and
+    // one chosen for many rows may need more than one (a cluster of blocks over M).
+    const auto applies = [&](const cublasLtMatmulAlgo_t& algo, int64_t rows) -> bool {
+      if (!SetCols(plan.b.get(), rows).ok() || !SetCols(plan.d.get(), rows).ok()) return false;
+      cublasLtMatmulHeuristicResult_t check{};
+      return cublasLtMatmulAlgoCheck(handle_.get(), op, plan.a.get(), plan.b.get(), plan.d.get(),
+                                     plan.d.get(), &algo, &check) == CUBLAS_STATUS_SUCCESS &&
+             check.workspaceSize <= kWorkspaceBytes;
+    };
     for (int i = 0; i < count; ++i) {
       if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
       cublasLtMatmulAlgo_t algo = results[i].algo;
       COIL_RETURN_IF_ERROR(PinSingleSweep(algo));
-      cublasLtMatmulHeuristicResult_t check{};
-      if (cublasLtMatmulAlgoCheck(handle_.get(), op, plan.a.get(), plan.b.get(), plan.d.get(),
-                                  plan.d.get(), &algo, &check) != CUBLAS_STATUS_SUCCESS ||
-          check.workspaceSize > kWorkspaceBytes) {
-        continue;
-      }
+      if (!applies(algo, 1) || !applies(algo, heuristic_rows_)) continue;
       plan.algo = algo;
+      plan.rows_checked.insert(1);
       plan.rows_checked.insert(heuristic_rows_);
       return &plans_.emplace(key, std::move(plan)).first->second;
     }
-    return absl::InternalError(absl::StrCat("none of the ", count,
-                                            " cuBLASLt algorithms proposed for ", KeyString(key),
-                                            " runs without split-K; the matmul cannot be made "
-                                            "batch-invariant for this shape"));
+    return absl::InternalError(
+        absl::StrCat("none of the ", count, " cuBLASLt algorithms proposed for ", KeyString(key),
+                     " at M=", heuristic_rows_,
+                     " runs without split-K at that M and at M=1; the matmul cannot be made "
+                     "batch-invariant for this shape (try another --cuda-matmul-rows)"));
   }
 
   const int64_t heuristic_rows_;

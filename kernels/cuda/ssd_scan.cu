@@ -213,14 +213,19 @@ __global__ void __launch_bounds__(kGemmThreads, kBf16 ? 3 : 1)
 class PhaseTimes {
  public:
   PhaseTimes(const CudaContext& ctx, bool capturing) : timer_(capturing ? nullptr : ctx.timer) {}
-  // Ends the phase under way, if any, and starts `phase` (none when null).
-  absl::Status Next(const char* phase) {
-    if (timer_ == nullptr) return absl::OkStatus();
-    if (phase_ != nullptr) COIL_RETURN_IF_ERROR(timer_->End(phase_, begin_));
+  // Ends the phase under way, if any, and starts `phase` (none when null). A clock that
+  // fails stops this scan's phase times; the scan itself goes on.
+  void Next(const char* phase) {
+    if (timer_ == nullptr) return;
+    if (phase_ != nullptr && !timer_->End(phase_, begin_).ok()) timer_ = nullptr;
     phase_ = phase;
-    if (phase_ == nullptr) return absl::OkStatus();
-    COIL_ASSIGN_OR_RETURN(begin_, timer_->Begin());
-    return absl::OkStatus();
+    if (timer_ == nullptr || phase_ == nullptr) return;
+    const absl::StatusOr<int64_t> begin = timer_->Begin();
+    if (begin.ok()) {
+      begin_ = *begin;
+    } else {
+      timer_ = nullptr;
+    }
   }
 
  private:
@@ -235,29 +240,30 @@ absl::Status LaunchTiledPhases(const CudaContext& ctx, const SsmScanParams& p,
                                const SsdScratch& w, int64_t num_chunks, int64_t pairs,
                                int64_t t_tiles, int64_t p_tiles, int64_t n_tiles,
                                PhaseTimes& phases) {
-  COIL_RETURN_IF_ERROR(phases.Next("SsmScan: 2a C B^T"));
+  phases.Next("SsmScan: 2a C B^T");
   ChunkCbKernel<kBf16>
       <<<dim3(static_cast<unsigned>(num_chunks * pairs), static_cast<unsigned>(p.groups)),
          kGemmThreads, 0, ctx.stream>>>(p, w, static_cast<int32_t>(pairs));
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  COIL_RETURN_IF_ERROR(phases.Next("SsmScan: 2b chunk states"));
+  phases.Next("SsmScan: 2b chunk states");
   ChunkStateKernel<kBf16><<<dim3(static_cast<unsigned>(num_chunks), static_cast<unsigned>(p.heads),
                                  static_cast<unsigned>(p_tiles * n_tiles)),
                             kGemmThreads, 0, ctx.stream>>>(p, w);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   const int64_t per_head = static_cast<int64_t>(p.headdim) * p.d_state;
   const int64_t pass_blocks = (per_head + kPassThreads - 1) / kPassThreads;
-  COIL_RETURN_IF_ERROR(phases.Next("SsmScan: 3 state passing"));
+  phases.Next("SsmScan: 3 state passing");
   StatePassingKernel<<<dim3(static_cast<unsigned>(pass_blocks), static_cast<unsigned>(p.heads),
                             std::min<unsigned>(static_cast<unsigned>(p.num_seqs), kMaxGridYZ)),
                        kPassThreads, 0, ctx.stream>>>(p, w);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  COIL_RETURN_IF_ERROR(phases.Next("SsmScan: 4 chunk scan"));
+  phases.Next("SsmScan: 4 chunk scan");
   ChunkScanKernel<kBf16><<<dim3(static_cast<unsigned>(num_chunks * t_tiles),
                                 static_cast<unsigned>(p.heads), static_cast<unsigned>(p_tiles)),
                            kGemmThreads, 0, ctx.stream>>>(p, w, static_cast<int32_t>(t_tiles));
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return phases.Next(nullptr);
+  phases.Next(nullptr);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -292,7 +298,7 @@ absl::Status LaunchSsdChunked(const CudaContext& ctx, const SsmScanParams& p,
   const bool capturing = capture != cudaStreamCaptureStatusNone;
   PhaseTimes phases(ctx, capturing);
   if (capturing || !ctx.ssd_plans->HasDeviceList(scratch, ctx.workspace->generation())) {
-    COIL_RETURN_IF_ERROR(phases.Next("SsmScan: 0 chunk list"));
+    phases.Next("SsmScan: 0 chunk list");
     BuildChunksKernel<<<1, kBuildThreads, 0, ctx.stream>>>(p.cu_seqlens, p.start_positions,
                                                            p.num_seqs, chunk_size, p.groups,
                                                            w.chunks, w.seq_first_chunk);
@@ -303,7 +309,7 @@ absl::Status LaunchSsdChunked(const CudaContext& ctx, const SsmScanParams& p,
       ctx.ssd_plans->SetDeviceList(scratch, ctx.workspace->generation());
     }
   }
-  COIL_RETURN_IF_ERROR(phases.Next("SsmScan: 1 dt and cumsum"));
+  phases.Next("SsmScan: 1 dt and cumsum");
   ChunkCumsumKernel<<<dim3(static_cast<unsigned>(num_chunks),
                           static_cast<unsigned>((p.heads + kCumsumWarps - 1) / kCumsumWarps)),
                      kCumsumWarps * 32, 0, ctx.stream>>>(p, w);

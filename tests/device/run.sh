@@ -11,7 +11,8 @@
 #   environment: OUT=DIR       write the summary and every log there as they come (a run
 #                              killed at its time limit still leaves what it had done)
 #                BUDGET=500    seconds for the whole run: each step's time limit is cut to
-#                              what is left, and a step with under 10 s left is skipped
+#                              what is left less 5 s, and a step with under 15 s left is
+#                              skipped
 #                JOBS=16       build jobs          CUDA_ARCH=90   CMAKE_CUDA_ARCHITECTURES
 #                BUILD_DIR=build-device            EXTRA_TARGETS="t1 t2"  more test programs
 #                SANITIZE=1    also run, last, the CUDA op cases under compute-sanitizer
@@ -26,6 +27,10 @@ build=${BUILD_DIR:-build-device}
 jobs=${JOBS:-16}
 arch=${CUDA_ARCH:-90}
 budget=${BUDGET:-500}
+if [[ ! $budget =~ ^[0-9]+$ ]]; then
+  echo "BUDGET is \"$budget\"; give a number of seconds" >&2
+  exit 2
+fi
 logs=${OUT:+$OUT/logs}
 logs=${logs:-$build/device-logs}
 mkdir -p "$logs"
@@ -37,8 +42,8 @@ overall=0
 
 elapsed() { echo $(( $(date +%s) - started )); }
 note() { printf '[%4ss] %s\n' "$(elapsed)" "$*"; }
-# The time limit for a step that wants $1 seconds: what the budget leaves, at most $1; 0
-# (skip the step) when under 10 s are left.
+# The time limit for a step that wants $1 seconds: what the budget leaves less 5 s, at most
+# $1; 0 (skip the step) when under 15 s are left.
 limit_for() {
   local left=$(( budget - $(elapsed) - 5 ))
   (( left < 10 )) && { echo 0; return; }
@@ -46,6 +51,33 @@ limit_for() {
   echo "$1"
 }
 skipped_for_time() { rows+=("| $1 | - | - | - | - | skipped: the ${budget} s budget is spent |"); }
+
+# The table so far, written to $logs/summary.md (and with OUT to $OUT/summary.md); called
+# after each section, so that a run cut short still leaves its figures.
+summary() {
+  {
+    echo
+    echo "## coil device check: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1), $(git rev-parse --short HEAD 2>/dev/null), $(elapsed) s in all"
+    echo
+    echo "| program | passed | failed | skipped | seconds | note |"
+    echo "|---|---:|---:|---:|---:|---|"
+    printf '%s\n' "${rows[@]}"
+    if [[ ${#bench[@]} -gt 0 ]]; then
+      echo
+      printf '%s\n' "${bench[@]}"
+    fi
+    if [[ ${#op_table[@]} -gt 0 ]]; then
+      echo
+      printf '%s\n' "${op_table[@]}"
+    fi
+    if [[ ${#profile[@]} -gt 0 ]]; then
+      echo
+      printf '%s\n' "${profile[@]}"
+    fi
+  } > "$logs/summary.md"
+  [[ -n ${OUT:-} ]] && cp "$logs/summary.md" "$OUT/summary.md"
+  return 0
+}
 
 # ---- the machine ----
 note "machine"
@@ -121,7 +153,8 @@ if [[ $configure_status -eq 0 ]]; then
   note "build: ${targets[*]} (-j$jobs)"
   build_start=$(date +%s)
   # -k 0: a target that fails to compile does not stop the others.
-  ninja -C "$build" -j "$jobs" -k 0 "${targets[@]}" > "$logs/build.log" 2>&1
+  timeout "$(limit_for 400)" ninja -C "$build" -j "$jobs" -k 0 "${targets[@]}" \
+    > "$logs/build.log" 2>&1
   build_status=$?
   build_seconds=$(( $(date +%s) - build_start ))
   if [[ $build_status -ne 0 ]]; then
@@ -132,35 +165,10 @@ if [[ $configure_status -eq 0 ]]; then
     rows+=("| build | ${#targets[@]} targets | 0 | - | $build_seconds | |")
   fi
 fi
+summary
 
 program() {  # the built file of a target, or nothing
   find "$build" -type f -perm -u+x -name "$1" -not -path '*/CMakeFiles/*' 2>/dev/null | head -n 1
-}
-
-# The table so far, printed and (with OUT) written to $OUT/summary.md; called after each
-# section, so that a run cut short still leaves its figures.
-summary() {
-  {
-    echo
-    echo "## coil device check: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1), $(git rev-parse --short HEAD 2>/dev/null), $(elapsed) s in all"
-    echo
-    echo "| program | passed | failed | skipped | seconds | note |"
-    echo "|---|---:|---:|---:|---:|---|"
-    printf '%s\n' "${rows[@]}"
-    if [[ ${#bench[@]} -gt 0 ]]; then
-      echo
-      printf '%s\n' "${bench[@]}"
-    fi
-    if [[ ${#op_table[@]} -gt 0 ]]; then
-      echo
-      printf '%s\n' "${op_table[@]}"
-    fi
-    if [[ ${#profile[@]} -gt 0 ]]; then
-      printf '%s\n' "${profile[@]}"
-    fi
-  } > "$logs/summary.md"
-  [[ -n ${OUT:-} ]] && cp "$logs/summary.md" "$OUT/summary.md"
-  return 0
 }
 
 # ---- the test programs ----
@@ -213,6 +221,7 @@ done
 summary
 
 # ---- one generation on the GPU from a random 130m-shape model ----
+rm -f "$logs/coil_run.log"
 make_model=$(program coil-make-model)
 coil_run=$(program coil-run)
 model_dir=$(mktemp -d "${TMPDIR:-/tmp}/coil-130m-XXXXXX")
@@ -259,8 +268,17 @@ bench_run() {
     return 125
   fi
   note "model_bench $* (timeout ${limit}s)"
+  local status
   timeout "$limit" "$bench_exe" --model "$model_dir" --device cuda "$@" > "$logs/$log" 2>&1
+  status=$?
+  if [[ $status -ne 0 && -n ${extra_run:-} ]]; then  # the main run reports itself
+    overall=1
+    tail -n 3 "$logs/$log" | sed 's/^/    /'
+    rows+=("| model_bench $* | 0 | 1 | 0 | - | exit $status (124: timed out) |")
+  fi
+  return $status
 }
+rm -f "$logs"/model_bench*.log "$logs"/op_bench*.log  # a skipped run leaves no old figures
 if [[ -n $bench_exe && -n $make_model ]]; then
   start=$(date +%s)
   bench_run model_bench.log 120 --batches 1,8,64,256 --decode-steps 32 --prefill 2048 \
@@ -276,6 +294,7 @@ if [[ -n $bench_exe && -n $make_model ]]; then
     rows+=("| model_bench --device cuda | 0 | 1 | 0 | $seconds | exit $status |")
   fi
   summary
+  extra_run=1  # the runs below add a row of their own when they fail
   # Where each step's time goes, op by op (decode eager, so that every op is seen; the
   # chunked scan by phase too), for the next round of work.
   bench_run model_bench_profile.log 90 --batches 1,256 --decode-steps 16 --prefill 2048 \

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
+#include "tests/unit/kernels/forwarding_backend.h"
 #include "tests/unit/kernels/op_cases.h"
 #include "tests/unit/kernels/op_test_util.h"
 
@@ -165,6 +166,56 @@ TEST_P(OpTimingTest, ChunkedScanPhasesFitInsideTheScan) {
     return;
   }
   FAIL() << "no bf16 SsmScan perf case";
+}
+
+// A clock whose marks fail from the `good`-th on.
+class FailingClock final : public OpClock {
+ public:
+  explicit FailingClock(int good) : good_(good) {}
+  absl::StatusOr<int64_t> Mark() override {
+    if (used_ >= good_) return absl::UnavailableError("the clock is gone");
+    return used_++;
+  }
+  absl::StatusOr<double> Between(int64_t, int64_t) override { return 0.0; }
+  void Clear() override {}
+
+ private:
+  int good_, used_ = 0;
+};
+
+// The CPU backend timed by a clock that fails at its third mark: the first loop's copy
+// takes two, so the first timed matmul's end mark fails.
+class FailingClockBackend final : public testing::ForwardingBackend {
+ public:
+  FailingClockBackend() : ForwardingBackend(CreateBackend(BackendKind::kCpu).value()) {}
+
+ private:
+  std::unique_ptr<OpClock> MakeOpClock() override { return std::make_unique<FailingClock>(3); }
+};
+
+TEST(OpTimingFailureTest, AFailingClockStopsTheTimingNeverAnOp) {
+  FailingClockBackend b;
+  using testing::DeviceArray;
+  std::mt19937_64 rng(3);
+  auto x = DeviceArray::FromFloats(b, testing::RandomFloats(rng, 4 * 3)).value();
+  auto w = DeviceArray::FromFloats(b, testing::RandomFloats(rng, 5 * 3)).value();
+  auto y = DeviceArray::FromFloats(b, std::vector<float>(4 * 5)).value();
+  const Tensor xt(x.data(), DType::kF32, {4, 3}), wt(w.data(), DType::kF32, {5, 3}),
+      yt(y.data(), DType::kF32, {4, 5});
+  ASSERT_TRUE(b.Matmul(xt, wt, yt).ok());
+  const std::vector<float> want = y.ReadFloats().value();
+  b.SetOpTiming(true);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(y.Read().ok());
+    ASSERT_TRUE(b.Matmul(xt, wt, yt).ok()) << "call " << i;
+    EXPECT_EQ(y.ReadFloats().value(), want) << "call " << i;
+  }
+  EXPECT_FALSE(b.op_timing());
+  const auto times = b.TakeOpTimes();
+  ASSERT_TRUE(absl::IsUnavailable(times.status())) << times.status();
+  EXPECT_NE(times.status().message().find("op timing stopped: the clock is gone"),
+            absl::string_view::npos);
+  EXPECT_TRUE(b.TakeOpTimes().value().empty());  // reported once; timing is off
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpTimingTest,

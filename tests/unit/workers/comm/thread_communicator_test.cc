@@ -1,5 +1,5 @@
 // The thread group's collectives against values worked out by hand: sums in rank order
-// (chosen so that any other order gives other bits), in-place and separate all-gathers,
+// (chosen so that the reverse order gives other bits), in-place and separate all-gathers,
 // broadcasts from every root, and many rounds back to back (a missing barrier between
 // rounds shows as a rank reading a buffer another rank is already rewriting).
 #include "workers/comm/thread_communicator.h"
@@ -27,9 +27,9 @@ void OnRanks(int size, const std::function<void(int, Communicator&)>& body) {
 }
 
 TEST(ThreadCommunicatorTest, SumsInRankOrderWithTheSameBitsOnEveryRank) {
-  // Rank order: (1e8 + 1) + -1e8 = 1e8 + -1e8 = 0 in float (1 is below 1e8's spacing of
-  // 8); (1e8 + -1e8) + 1 would be 1.
-  const float values[3] = {1e8f, 1.0f, -1e8f};
+  // Rank order: (1 + 1e8) + -1e8 = 1e8 + -1e8 = 0 in float (1 is below 1e8's spacing of
+  // 8); the reverse order, (-1e8 + 1e8) + 1, would be 1.
+  const float values[3] = {1.0f, 1e8f, -1e8f};
   std::vector<std::vector<float>> got(3);
   OnRanks(3, [&](int rank, Communicator& comm) {
     EXPECT_EQ(comm.rank(), rank);
