@@ -306,8 +306,9 @@ absl::Status Mamba2Model::AllReduce(float* data, size_t count, bool collectives,
 
 // rmsnorm(y * silu(z)) * w per group. When this rank holds part of a group, the group's
 // sum of squares is the sum over the ranks that share it: each rank computes the partial
-// sums of each group piece it holds into the group's global column of a zeroed
-// [rows, ngroups] buffer (group_sums_, backend memory), and one all-reduce adds them.
+// sums of each group piece it holds into the group's global column of a [rows, ngroups]
+// buffer (group_sums_, backend memory) whose other columns are zeroed, and one all-reduce
+// adds them.
 // Whether groups are whole is the same on every rank (heads per rank % heads per group),
 // so every rank makes the same calls.
 absl::Status Mamba2Model::GroupNorm(const Layer& layer, const Tensor& y, const Tensor& z,
@@ -335,7 +336,13 @@ absl::Status Mamba2Model::GroupNorm(const Layer& layer, const Tensor& y, const T
   };
   const int64_t g_all = config_.ngroups;
   const Tensor sums(group_sums_.data(), ::coil::DType::kF32, {rows, g_all}, device);
-  if (status.ok()) fail(backend_.FillZero(sums.raw(), static_cast<size_t>(rows * g_all) * 4));
+  // The columns of groups with no piece here must be zero for the all-reduce. When this
+  // rank has a piece of every group (every released Mamba2 has one group, split across the
+  // ranks) GatedSumSquares writes every column, and the zeroing launch is saved.
+  const bool every_column_written = layout_.group_begin == 0 && local_groups == g_all;
+  if (status.ok() && !every_column_written) {
+    fail(backend_.FillZero(sums.raw(), static_cast<size_t>(rows * g_all) * 4));
+  }
   for (int64_t g = 0; g < local_groups && status.ok(); ++g) {
     const auto [begin, width] = piece(g);
     fail(backend_.GatedSumSquares(y.Columns(begin, width), z.Columns(begin, width), 1,
