@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace coil {
@@ -102,6 +103,29 @@ struct StepResult {
   std::string error;                 // e.g. "rank 2: ssm_scan: slot 9 out of range [0, 8)"
   std::vector<SampledToken> tokens;  // one per sampled sequence, in plan order
 };
+
+// A plan of one sequence (request 1 on state row 0): tokens[begin, begin + count), fresh
+// when it starts at 0, a decode when it is one token of a sequence under way, sampled when
+// `sample` is set, with `sampling` at RNG step `rng_step`. What the offline runner and the
+// tests drive a model with.
+inline StepPlan OneSequencePlan(uint64_t step_id, const std::vector<int32_t>& tokens, int32_t begin,
+                                int32_t count, bool sample, const SamplingParams& sampling,
+                                int32_t rng_step) {
+  StepPlan plan;
+  plan.step_id = step_id;
+  ScheduledSequence seq;
+  seq.request_id = 1;
+  seq.state_slot = 0;
+  seq.fresh = begin == 0;
+  seq.token_ids.assign(tokens.begin() + begin, tokens.begin() + begin + count);
+  seq.start_position = begin;
+  seq.sample = sample;
+  seq.sampling = sampling;
+  seq.rng_step = rng_step;
+  plan.num_decodes = (!seq.fresh && count == 1) ? 1 : 0;
+  plan.sequences.push_back(std::move(seq));
+  return plan;
+}
 
 }  // namespace coil
 

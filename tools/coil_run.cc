@@ -124,25 +124,6 @@ std::vector<std::pair<int32_t, int32_t>> PrefillPieces(int32_t length, int32_t c
   return pieces;
 }
 
-StepPlan OneSequencePlan(uint64_t step_id, const std::vector<int32_t>& tokens, int32_t begin,
-                         int32_t count, bool sample, const SamplingParams& sampling,
-                         int32_t rng_step) {
-  StepPlan plan;
-  plan.step_id = step_id;
-  ScheduledSequence seq;
-  seq.request_id = 1;
-  seq.state_slot = 0;
-  seq.fresh = begin == 0;
-  seq.token_ids.assign(tokens.begin() + begin, tokens.begin() + begin + count);
-  seq.start_position = begin;
-  seq.sample = sample;
-  seq.sampling = sampling;
-  seq.rng_step = rng_step;
-  plan.num_decodes = (!seq.fresh && count == 1) ? 1 : 0;
-  plan.sequences.push_back(std::move(seq));
-  return plan;
-}
-
 // Log-sum-exp over the real vocabulary of one logits row.
 double LogSumExp(const float* row, int64_t vocab) {
   double top = row[0];

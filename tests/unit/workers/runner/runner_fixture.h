@@ -113,21 +113,8 @@ inline StepPlan PlanOf(std::vector<ScheduledSequence> runs, uint64_t step_id) {
 // One sequence's run tokens[begin, begin + count) as step `step` of request 1 on slot 0,
 // sampled with `sampling` at RNG step `rng_step`.
 inline StepPlan OneSequence(uint64_t step, const std::vector<int32_t>& tokens, int32_t begin,
-                     int32_t count, const SamplingParams& sampling, int32_t rng_step) {
-  StepPlan plan;
-  plan.step_id = step;
-  ScheduledSequence s;
-  s.request_id = 1;
-  s.state_slot = 0;
-  s.fresh = begin == 0;
-  s.token_ids.assign(tokens.begin() + begin, tokens.begin() + begin + count);
-  s.start_position = begin;
-  s.sample = true;
-  s.sampling = sampling;
-  s.rng_step = rng_step;
-  plan.num_decodes = s.fresh ? 0 : 1;
-  plan.sequences.push_back(s);
-  return plan;
+                            int32_t count, const SamplingParams& sampling, int32_t rng_step) {
+  return OneSequencePlan(step, tokens, begin, count, /*sample=*/true, sampling, rng_step);
 }
 
 // `n` tokens from `prompt`: the prompt in one step, then a decode step per token.
