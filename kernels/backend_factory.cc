@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/cpu/cpu_backend.h"
 #if COIL_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
@@ -12,6 +13,7 @@ namespace coil {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
                                                        const BackendOptions& options) {
+  COIL_RETURN_IF_ERROR(CheckCudaMatmulRows(options.cuda_matmul_rows));
   switch (kind) {
     case BackendKind::kCpu: {
       if (options.threads < 1 || options.threads > 256) {

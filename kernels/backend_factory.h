@@ -6,11 +6,25 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "kernels/backend.h"
 
 namespace coil {
+
+// The range of BackendOptions::cuda_matmul_rows (--cuda-matmul-rows).
+inline constexpr int64_t kDefaultCudaMatmulRows = 64;
+inline constexpr int64_t kMaxCudaMatmulRows = 65536;
+
+// INVALID_ARGUMENT, saying what to pass, unless 1 <= rows <= kMaxCudaMatmulRows.
+inline absl::Status CheckCudaMatmulRows(int64_t rows) {
+  if (rows >= 1 && rows <= kMaxCudaMatmulRows) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the matmul heuristic rows (--cuda-matmul-rows) are ", rows, "; use 1..", kMaxCudaMatmulRows,
+      ", the batch size cuBLASLt tunes each matmul shape's one algorithm for"));
+}
 
 struct BackendOptions {
   // CPU: worker threads, the calling thread included (--threads).
@@ -25,10 +39,10 @@ struct BackendOptions {
   // finishes (--cuda-pdl). Off by default until measured.
   bool cuda_pdl = false;
   // CUDA: the batch size cuBLASLt's heuristic tunes each matmul shape's one algorithm for
-  // (--cuda-matmul-rows; cuda::kDefaultMatmulHeuristicRows). Every M runs that algorithm, so
-  // rows stay batch-invariant whatever the value: small values give decode more blocks over
-  // N, large ones suit long prefills.
-  int64_t cuda_matmul_rows = 64;
+  // (--cuda-matmul-rows). Every M runs that algorithm, so rows stay batch-invariant whatever
+  // the value: small values give decode more blocks over N, large ones suit long prefills.
+  // Checked whatever the device: a bad value is refused, not ignored.
+  int64_t cuda_matmul_rows = kDefaultCudaMatmulRows;
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,

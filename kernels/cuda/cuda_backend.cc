@@ -113,7 +113,7 @@ absl::Status CudaBackend::MakeCurrent() const {
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device_index,
                                                                  int64_t matmul_heuristic_rows) {
-  COIL_RETURN_IF_ERROR(CheckMatmulHeuristicRows(matmul_heuristic_rows));
+  COIL_RETURN_IF_ERROR(CheckCudaMatmulRows(matmul_heuristic_rows));
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess || count == 0) {

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "kernels/backend_factory.h"  // the matmul rows option
 #include "kernels/cuda/cuda_ops.h"
 
 namespace coil::cuda {
@@ -32,9 +33,9 @@ class CudaBackend final : public Backend {
  public:
   // Uses GPU `device_index` (as numbered by CUDA_VISIBLE_DEVICES); UNAVAILABLE when no GPU
   // or driver is visible, INVALID_ARGUMENT when the index is out of range or
-  // matmul_heuristic_rows is outside 1..kMaxMatmulHeuristicRows (CublasLtMatmul::Create).
+  // matmul_heuristic_rows is outside 1..kMaxCudaMatmulRows (CublasLtMatmul::Create).
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
-      int device_index, int64_t matmul_heuristic_rows = kDefaultMatmulHeuristicRows);
+      int device_index, int64_t matmul_heuristic_rows = kDefaultCudaMatmulRows);
   ~CudaBackend() override;
 
   BackendKind kind() const override { return BackendKind::kCuda; }

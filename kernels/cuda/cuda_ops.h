@@ -43,13 +43,6 @@ class Workspace {
   uint64_t generation_ = 0;
 };
 
-// The row count cuBLASLt's heuristic is asked about when a matmul shape's algorithm is
-// pinned (CublasLtMatmul): a mid-sized decode batch. Every M then runs that algorithm.
-inline constexpr int64_t kDefaultMatmulHeuristicRows = 64;
-inline constexpr int64_t kMaxMatmulHeuristicRows = 65536;
-// INVALID_ARGUMENT, saying what to pass, unless 1 <= rows <= kMaxMatmulHeuristicRows.
-absl::Status CheckMatmulHeuristicRows(int64_t rows);
-
 // What every launcher needs: the stream, the device's properties and the scratch memory.
 struct CudaContext {
   cudaStream_t stream = nullptr;

@@ -112,7 +112,7 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
  public:
   static absl::StatusOr<std::unique_ptr<CublasLtMatmul>> Make(const CudaContext& ctx,
                                                               int64_t heuristic_rows) {
-    COIL_RETURN_IF_ERROR(CheckMatmulHeuristicRows(heuristic_rows));
+    COIL_RETURN_IF_ERROR(CheckCudaMatmulRows(heuristic_rows));
     auto m = std::unique_ptr<CublasLtMatmulImpl>(new CublasLtMatmulImpl(heuristic_rows));
     cublasLtHandle_t handle = nullptr;
     COIL_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle));
@@ -388,16 +388,6 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
 };
 
 }  // namespace
-
-absl::Status CheckMatmulHeuristicRows(int64_t rows) {
-  if (rows < 1 || rows > kMaxMatmulHeuristicRows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the matmul heuristic rows (--cuda-matmul-rows) are ", rows, "; use 1..",
-        kMaxMatmulHeuristicRows, ", the batch size cuBLASLt tunes each matmul shape's one "
-        "algorithm for"));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::unique_ptr<CublasLtMatmul>> CublasLtMatmul::Create(const CudaContext& ctx,
                                                                         int64_t heuristic_rows) {

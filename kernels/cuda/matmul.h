@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/backend_factory.h"  // the matmul rows option
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/tensor.h"
 
@@ -28,11 +29,11 @@ class CublasLtMatmul {
   // records its address).
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-  // heuristic_rows: the M each shape's algorithm is chosen for (1..kMaxMatmulHeuristicRows;
+  // heuristic_rows: the M each shape's algorithm is chosen for (1..kMaxCudaMatmulRows;
   // INVALID_ARGUMENT otherwise). Small values favour decode (more blocks over N at small
   // M), large ones prefill; every M runs the chosen algorithm either way.
   static absl::StatusOr<std::unique_ptr<CublasLtMatmul>> Create(
-      const CudaContext& ctx, int64_t heuristic_rows = kDefaultMatmulHeuristicRows);
+      const CudaContext& ctx, int64_t heuristic_rows = kDefaultCudaMatmulRows);
   virtual ~CublasLtMatmul() = default;
   // x: f32 [M, K] (rows may be strided); w: f32/bf16/f16 [N, K]; y: f32 [M, N] (rows may be
   // strided). Checked by the Backend base class. Fails with FAILED_PRECONDITION when a

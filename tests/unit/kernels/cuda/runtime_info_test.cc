@@ -2,15 +2,15 @@
 // launches and writes every element where a GPU is visible.
 #include "kernels/cuda/runtime_info.h"
 
-#include "kernels/cuda/cuda_backend.h"
-
-#include <cuda_runtime_api.h>
 #include <cublas_api.h>
+#include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/backend_factory.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace coil::cuda {
 namespace {
@@ -55,13 +55,16 @@ TEST(ChooseGpuTest, MapsLocalRanksToVisibleGpus) {
 
 // A bad --cuda-matmul-rows is refused before any GPU is looked for, with the range to use.
 TEST(CudaBackendTest, RefusesMatmulHeuristicRowsOutsideTheirRange) {
-  for (const int64_t rows : {int64_t{0}, int64_t{-3}, kMaxMatmulHeuristicRows + 1}) {
+  for (const int64_t rows : {int64_t{0}, int64_t{-3}, kMaxCudaMatmulRows + 1}) {
     const auto backend = CudaBackend::Create(0, rows);
     ASSERT_TRUE(absl::IsInvalidArgument(backend.status())) << rows << ": " << backend.status();
     EXPECT_NE(backend.status().message().find("use 1..65536"), absl::string_view::npos);
   }
-  EXPECT_TRUE(CheckMatmulHeuristicRows(1).ok());
-  EXPECT_TRUE(CheckMatmulHeuristicRows(kMaxMatmulHeuristicRows).ok());
+  // Refused for the CPU backend too: a bad flag is an error wherever it is given.
+  const auto cpu = CreateBackend(BackendKind::kCpu, {.cuda_matmul_rows = 0});
+  EXPECT_TRUE(absl::IsInvalidArgument(cpu.status())) << cpu.status();
+  EXPECT_TRUE(CheckCudaMatmulRows(1).ok());
+  EXPECT_TRUE(CheckCudaMatmulRows(kMaxCudaMatmulRows).ok());
 }
 
 }  // namespace
