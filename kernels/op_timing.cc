@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 
 namespace coil {
@@ -50,6 +51,26 @@ absl::StatusOr<std::vector<OpTime>> OpTimer::Take() {
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+std::string FormatOpTimes(const std::string& title, const std::vector<OpTime>& times, int steps,
+                          double wall_seconds) {
+  std::string out =
+      absl::StrCat("\n", title, ": ", absl::StrFormat("%.1f", wall_seconds / steps * 1e6),
+                   " us per step (wall)\n| op | calls/step | us/step | share |\n"
+                   "|---|---:|---:|---:|\n");
+  double total = 0.0;
+  for (const OpTime& t : times) {
+    const bool phase = t.op.find(": ") != std::string::npos;
+    if (!phase) total += t.seconds;
+    absl::StrAppend(&out, "| ", phase ? "&nbsp;&nbsp;" : "", t.op, " | ",
+                    absl::StrFormat("%.2f", static_cast<double>(t.calls) / steps), " | ",
+                    absl::StrFormat("%.1f", t.seconds / steps * 1e6), " | ",
+                    absl::StrFormat("%.1f%%", 100.0 * t.seconds / wall_seconds), " |\n");
+  }
+  absl::StrAppend(&out, "| (ops together) | | ", absl::StrFormat("%.1f", total / steps * 1e6),
+                  " | ", absl::StrFormat("%.1f%%", 100.0 * total / wall_seconds), " |\n");
   return out;
 }
 

@@ -70,6 +70,12 @@ class OpTimer {
   std::vector<Interval> pending_;
 };
 
+// One timed stretch of work as a markdown table: `title` and the wall time per step, then
+// per op its calls and microseconds per step and its share of `wall_seconds` (an op's
+// phases, named "Op: phase", are inside its own time and indented), then the ops together.
+std::string FormatOpTimes(const std::string& title, const std::vector<OpTime>& times, int steps,
+                          double wall_seconds);
+
 }  // namespace coil
 
 #endif  // COIL_KERNELS_OP_TIMING_H_

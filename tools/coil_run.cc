@@ -37,6 +37,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "kernels/backend_factory.h"
+#include "kernels/op_timing.h"
 #include "workers/comm/communicator.h"
 #include "workers/comm/local_rank.h"
 #include "workers/comm/single_rank_communicator.h"
@@ -88,6 +89,10 @@ ABSL_FLAG(int64_t, cuda_matmul_rows, 64,
           "with --device cuda: the batch size cuBLASLt tunes each matmul shape's one algorithm "
           "for (1..65536; every batch size runs it, so outputs do not depend on the batch): "
           "small values favour decode latency, large ones long prefills");
+ABSL_FLAG(bool, profile_ops, false,
+          "time every op of rank 0 (on CUDA by events on its stream) and print where the "
+          "prefill's and the decode's time went; with --cuda-graphs the decode shows its graph "
+          "replays, with --cuda-graphs=false its ops");
 ABSL_FLAG(bool, fused_mixer, true,
           "run a decode step's conv, scan and gated norm as one fused op (false: three ops, the "
           "same tokens)");
@@ -252,8 +257,18 @@ absl::StatusOr<std::unique_ptr<comm::Communicator>> ModelCommunicator(comm::Comm
 }
 
 // Rank 0's work: generate, dump logits, score.
+// With --profile-ops: the op times of the stretch of work just done, as a table on stdout.
+absl::Status PrintOpTimes(Backend* profiled, const std::string& title, int steps,
+                          double wall_seconds) {
+  if (profiled == nullptr || steps <= 0) return absl::OkStatus();
+  COIL_ASSIGN_OR_RETURN(std::vector<OpTime> times, profiled->TakeOpTimes());
+  std::printf("%s", FormatOpTimes(title, times, steps, wall_seconds).c_str());
+  return absl::OkStatus();
+}
+
+// `profiled`: rank 0's backend, timing every op, with --profile-ops (null otherwise).
 absl::Status Drive(Driver& driver, const model::ModelConfig& config, const TextCodec* tok,
-                   const std::vector<int32_t>& prompt) {
+                   const std::vector<int32_t>& prompt, Backend* profiled) {
   const int32_t chunk = static_cast<int32_t>(config.chunk_size);
   const int32_t max_piece = absl::GetFlag(FLAGS_prefill_chunk);
   uint64_t step_id = 0;
@@ -306,6 +321,8 @@ absl::Status Drive(Driver& driver, const model::ModelConfig& config, const TextC
   const int32_t max_tokens = absl::GetFlag(FLAGS_max_tokens);
   double prefill_seconds = 0.0, decode_seconds = 0.0;
   if (max_tokens > 0) {
+    // The profile covers the generation only (not the scoring above).
+    if (profiled != nullptr) COIL_RETURN_IF_ERROR(profiled->TakeOpTimes().status());
     auto start = Clock::now();
     const auto pieces = PrefillPieces(static_cast<int32_t>(prompt.size()), chunk, max_piece);
     for (size_t p = 0; p < pieces.size(); ++p) {
@@ -316,6 +333,8 @@ absl::Status Drive(Driver& driver, const model::ModelConfig& config, const TextC
       if (last) generated.push_back(result.tokens.at(0).token_id);
     }
     prefill_seconds = Seconds(start);
+    COIL_RETURN_IF_ERROR(PrintOpTimes(profiled, absl::StrCat("prefill, ", prompt.size(), " tokens"),
+                                      1, prefill_seconds));
     start = Clock::now();
     while (static_cast<int32_t>(generated.size()) < max_tokens &&
            !(eos.has_value() && generated.back() == *eos)) {
@@ -327,6 +346,9 @@ absl::Status Drive(Driver& driver, const model::ModelConfig& config, const TextC
       generated.push_back(result.tokens.at(0).token_id);
     }
     decode_seconds = Seconds(start);
+    const int decode_steps = static_cast<int>(generated.size()) - 1;
+    COIL_RETURN_IF_ERROR(PrintOpTimes(profiled, absl::StrCat("decode, ", decode_steps, " steps"),
+                                      decode_steps, decode_seconds));
     std::printf("ids: %s\n", absl::StrJoin(generated, ",").c_str());
     if (tok != nullptr) {
       COIL_ASSIGN_OR_RETURN(std::string text, tok->Decode(generated));
@@ -467,7 +489,9 @@ int Main(int argc, char** argv) {
 #else
   Driver driver(*runner, comm, nullptr);
 #endif
-  const absl::Status run = Drive(driver, model->config(), tok.get(), prompt);
+  Backend* profiled = absl::GetFlag(FLAGS_profile_ops) ? backend.get() : nullptr;
+  if (profiled != nullptr) profiled->SetOpTiming(true);
+  const absl::Status run = Drive(driver, model->config(), tok.get(), prompt, profiled);
   const absl::Status shutdown = driver.Shutdown();
   if (!run.ok()) {
     std::fprintf(stderr, "coil-run: %s\n", run.ToString().c_str());

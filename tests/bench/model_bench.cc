@@ -95,28 +95,6 @@ ScheduledSequence Seq(uint64_t id, int32_t slot, std::vector<int32_t> tokens, in
   return s;
 }
 
-// One profiled phase's ops: calls and time per step, and the share of the step's wall time
-// (an op's phases, "Op: phase", are inside its own time and indented).
-std::string OpTimesTable(const std::string& title, const std::vector<OpTime>& times, int steps,
-                         double wall_seconds) {
-  std::string out =
-      absl::StrCat("\n", title, ": ", absl::StrFormat("%.1f", wall_seconds / steps * 1e6),
-                   " us per step (wall)\n| op | calls/step | us/step | share |\n"
-                   "|---|---:|---:|---:|\n");
-  double total = 0.0;
-  for (const OpTime& t : times) {
-    const bool phase = t.op.find(": ") != std::string::npos;
-    if (!phase) total += t.seconds;
-    absl::StrAppend(&out, "| ", phase ? "&nbsp;&nbsp;" : "", t.op, " | ",
-                    absl::StrFormat("%.2f", static_cast<double>(t.calls) / steps), " | ",
-                    absl::StrFormat("%.1f", t.seconds / steps * 1e6), " | ",
-                    absl::StrFormat("%.1f%%", 100.0 * t.seconds / wall_seconds), " |\n");
-  }
-  absl::StrAppend(&out, "| (ops together) | | ", absl::StrFormat("%.1f", total / steps * 1e6),
-                  " | ", absl::StrFormat("%.1f%%", 100.0 * total / wall_seconds), " |\n");
-  return out;
-}
-
 // The bound for a figure, or the default for the device when the flag is -1.
 double BoundFlag(double flag, BackendKind device, double cuda_default) {
   if (flag >= 0) return flag;
@@ -285,8 +263,9 @@ int Main(int argc, char** argv) {
         return 1;
       }
       if (rank == 0) {
-        absl::StrAppend(&profiles, OpTimesTable(absl::StrCat("decode, batch ", batch, ", op by op"),
-                                                *times, steps, wall));
+        absl::StrAppend(&profiles,
+                        FormatOpTimes(absl::StrCat("decode, batch ", batch, ", op by op"), *times,
+                                      steps, wall));
       }
     }
   }
@@ -328,9 +307,9 @@ int Main(int argc, char** argv) {
         return 1;
       }
       if (rank == 0) {
-        absl::StrAppend(&profiles, OpTimesTable(absl::StrCat("prefill, ", prefill_seqs, " x ",
-                                                             prompt, " tokens"),
-                                                *times, 1, wall));
+        absl::StrAppend(&profiles, FormatOpTimes(absl::StrCat("prefill, ", prefill_seqs, " x ",
+                                                              prompt, " tokens"),
+                                                 *times, 1, wall));
       }
     }
   }

@@ -71,6 +71,20 @@ TEST(OpTimerTest, SumsNamedIntervalsSlowestFirst) {
   EXPECT_DOUBLE_EQ(again[0].seconds, 3.0);
 }
 
+// The table worked out by hand: 2 steps in 10 s of wall time; the phase is indented and
+// left out of the ops' total.
+TEST(OpTimerTest, FormatsPerStepTimesAndShares) {
+  const std::string table = FormatOpTimes(
+      "prefill", {{"SsmScan", 2, 8.5}, {"SsmScan: phase", 2, 0.25}, {"Argmax", 1, 0.5}}, 2, 10.0);
+  EXPECT_NE(table.find("prefill: 5000000.0 us per step (wall)"), std::string::npos) << table;
+  EXPECT_NE(table.find("| SsmScan | 1.00 | 4250000.0 | 85.0% |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| &nbsp;&nbsp;SsmScan: phase | 1.00 | 125000.0 | 2.5% |"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("| Argmax | 0.50 | 250000.0 | 5.0% |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| (ops together) | | 4500000.0 | 90.0% |"), std::string::npos) << table;
+}
+
 std::map<std::string, OpTime> ByName(const std::vector<OpTime>& times) {
   std::map<std::string, OpTime> by_name;
   for (const OpTime& t : times) {
