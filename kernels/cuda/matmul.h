@@ -44,7 +44,7 @@ class CublasLtMatmul {
   // columns, so that later calls never allocate. Call it before capturing a CUDA graph.
   virtual absl::Status Reserve(const CudaContext& ctx, int64_t max_rows, int64_t max_k) = 0;
   // One line per shape pinned so far: its key and the algorithm's configuration (algorithm,
-  // tile, stages, cluster shape: cuBLASLt's ids, as numbered in cublasLt.h).
+  // tile, stages, cluster shape and swizzle: cuBLASLt's ids, as numbered in cublasLt.h).
   virtual std::vector<std::string> DescribePlans() const = 0;
 
  protected:

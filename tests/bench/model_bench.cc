@@ -187,6 +187,20 @@ int Main(int argc, char** argv) {
   const auto& config = (*m)->config();
   const bool profile = absl::GetFlag(FLAGS_profile_ops);
   std::string profiles;  // printed after the figures
+  // Runs work() `steps` times with every op timed and appends the table under `title`.
+  const auto profiled = [&](const std::string& title, int steps, const auto& work) {
+    backend->SetOpTiming(true);
+    const auto start = Clock::now();
+    for (int i = 0; i < steps; ++i) work();
+    const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    auto times = backend->TakeOpTimes();
+    backend->SetOpTiming(false);
+    if (!times.ok()) {
+      std::fprintf(stderr, "op timing: %s\n", times.status().ToString().c_str());
+      std::exit(1);
+    }
+    if (rank == 0) absl::StrAppend(&profiles, FormatOpTimes(title, *times, steps, wall));
+  };
   uint64_t step = 0;
   auto run = [&](std::vector<ScheduledSequence> seqs, int32_t decodes) {
     StepPlan plan;
@@ -251,22 +265,8 @@ int Main(int argc, char** argv) {
       // The same steps op by op: a graph replay would hide its ops.
       (*m)->set_cuda_graphs(false);
       decode_step();  // warm the eager path
-      backend->SetOpTiming(true);
-      const auto profile_start = Clock::now();
-      for (int i = 0; i < steps; ++i) decode_step();
-      const double wall = std::chrono::duration<double>(Clock::now() - profile_start).count();
-      auto times = backend->TakeOpTimes();
-      backend->SetOpTiming(false);
+      profiled(absl::StrCat("decode, batch ", batch, ", op by op"), steps, decode_step);
       (*m)->set_cuda_graphs(load.cuda_graphs);
-      if (!times.ok()) {
-        std::fprintf(stderr, "op timing: %s\n", times.status().ToString().c_str());
-        return 1;
-      }
-      if (rank == 0) {
-        absl::StrAppend(&profiles,
-                        FormatOpTimes(absl::StrCat("decode, batch ", batch, ", op by op"), *times,
-                                      steps, wall));
-      }
     }
   }
   const int32_t prompt = absl::GetFlag(FLAGS_prefill);
@@ -296,21 +296,8 @@ int Main(int argc, char** argv) {
                   BoundCell(bound * 1e3).c_str(), ShareCell(bound, best).c_str());
     }
     if (profile) {
-      backend->SetOpTiming(true);
-      const auto profile_start = Clock::now();
-      run(prompts, 0);
-      const double wall = std::chrono::duration<double>(Clock::now() - profile_start).count();
-      auto times = backend->TakeOpTimes();
-      backend->SetOpTiming(false);
-      if (!times.ok()) {
-        std::fprintf(stderr, "op timing: %s\n", times.status().ToString().c_str());
-        return 1;
-      }
-      if (rank == 0) {
-        absl::StrAppend(&profiles, FormatOpTimes(absl::StrCat("prefill, ", prefill_seqs, " x ",
-                                                              prompt, " tokens"),
-                                                 *times, 1, wall));
-      }
+      profiled(absl::StrCat("prefill, ", prefill_seqs, " x ", prompt, " tokens"), 1,
+               [&] { run(prompts, 0); });
     }
   }
   if (rank == 0 && !profiles.empty()) std::printf("%s", profiles.c_str());
