@@ -1,7 +1,9 @@
 // The checks every backend shares: shapes, dtypes, devices and the RecurrentBatch.
 #include "kernels/backend.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -487,52 +489,83 @@ bool SpansOverlap(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
+namespace {
+
+// What MixerDecode and MixerDecodeSumSquares check alike: the conv and the scan over xbc's
+// columns, decode runs only, and y and xbc apart from the inputs and xbc apart from y. Sets
+// the number of B/C groups.
+absl::Status CheckMixerDecode(const Backend& backend, const char* op, const Tensor& xbc_in,
+                              const Tensor& dt, const Tensor& z, const MixerWeights& weights,
+                              const SsmScanOptions& options, const RecurrentBatch& batch,
+                              const Tensor& conv_state, const Tensor& ssm_state, const Tensor& xbc,
+                              const Tensor& y, int64_t* groups) {
+  COIL_RETURN_IF_ERROR(CheckCausalConv1d(backend, xbc_in, weights.conv_weight, weights.conv_bias,
+                                         batch, conv_state, xbc));
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "ssm_state", ssm_state, {DType::kF32}, 4));
+  Tensor x, b, c;
+  COIL_RETURN_IF_ERROR(MixerColumns(xbc, ssm_state, &x, &b, &c, groups));
+  COIL_RETURN_IF_ERROR(CheckSsmScan(backend, x, dt, weights.a_log, b, c, weights.d, weights.dt_bias,
+                                    options, batch, ssm_state, y));
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    if (batch.run_length(s) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", s, " runs ", batch.run_length(s), " tokens; ", op,
+          " takes decode steps only (every run one token): run CausalConv1d, SsmScan and the "
+          "gated norm's ops for longer runs"));
+    }
+  }
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "z", z, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("z", z, 0, y.dim(0), "y's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("z", z, 1, y.dim(1), "y's width"));
+  return absl::OkStatus();
+}
+
+// A fused form reads its inputs while other blocks write outputs: every output apart from
+// the inputs, and xbc apart from the other outputs (which may alias each other).
+absl::Status CheckMixerOverlaps(const char* op, const Tensor& xbc_in, const Tensor& dt,
+                                const Tensor& z, const Tensor& xbc,
+                                std::initializer_list<std::pair<const char*, const Tensor*>> outs) {
+  const std::pair<const char*, const Tensor*> inputs[] = {{"xbc_in", &xbc_in}, {"dt", &dt}, {"z", &z}};
+  for (const auto& [out_name, o] : outs) {
+    for (const auto& [in_name, i] : inputs) {
+      if (SpansOverlap(*o, *i)) {
+        return absl::InvalidArgumentError(absl::StrCat(out_name, " overlaps ", in_name, "; ", op,
+                                                       "'s outputs need memory of their own"));
+      }
+    }
+    if (o != &xbc && SpansOverlap(xbc, *o)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("xbc overlaps ", out_name, "; ", op, "'s xbc needs memory of its own"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+HeadRange GroupHeads(const SsmScanOptions& options, int64_t heads, int64_t groups, int64_t g) {
+  const int64_t hpg = options.heads_per_group > 0 ? options.heads_per_group : heads / groups;
+  const int64_t first = options.heads_per_group > 0 ? options.first_head_in_group : 0;
+  return {std::max<int64_t>(0, g * hpg - first), std::min<int64_t>(heads, (g + 1) * hpg - first)};
+}
+
 absl::Status Backend::MixerDecode(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
                                   const MixerWeights& weights, const SsmScanOptions& options,
                                   float norm_eps, const RecurrentBatch& batch,
                                   const Tensor& conv_state, const Tensor& ssm_state,
                                   const Tensor& xbc, const Tensor& y, const Tensor& out) {
-  COIL_RETURN_IF_ERROR(CheckCausalConv1d(*this, xbc_in, weights.conv_weight, weights.conv_bias,
-                                         batch, conv_state, xbc));
-  COIL_RETURN_IF_ERROR(CheckTensor(*this, "ssm_state", ssm_state, {DType::kF32}, 4));
-  Tensor x, b, c;
-  int64_t groups = 0;
-  COIL_RETURN_IF_ERROR(MixerColumns(xbc, ssm_state, &x, &b, &c, &groups));
   if (options.heads_per_group != 0) {
     return absl::InvalidArgumentError(
         "MixerDecode takes heads that hold their B/C groups whole (heads_per_group 0); for "
-        "heads that start inside a group run CausalConv1d, SsmScan, GatedSumSquares and "
-        "GatedNormApply");
+        "heads that start inside a group run MixerDecodeSumSquares, all-reduce the sums and "
+        "run GatedNormApply");
   }
-  COIL_RETURN_IF_ERROR(CheckSsmScan(*this, x, dt, weights.a_log, b, c, weights.d,
-                                    weights.dt_bias, options, batch, ssm_state, y));
-  for (int s = 0; s < batch.num_seqs(); ++s) {
-    if (batch.run_length(s) != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sequence ", s, " runs ", batch.run_length(s),
-          " tokens; MixerDecode takes decode steps only (every run one token): run "
-          "CausalConv1d, SsmScan and GatedRmsNorm for longer runs"));
-    }
-  }
+  int64_t groups = 0;
+  COIL_RETURN_IF_ERROR(CheckMixerDecode(*this, "MixerDecode", xbc_in, dt, z, weights, options,
+                                        batch, conv_state, ssm_state, xbc, y, &groups));
   COIL_RETURN_IF_ERROR(CheckGatedRmsNorm(*this, y, z, weights.norm_weight, groups, norm_eps, out));
-  // A fused form reads its inputs while other blocks write outputs: every output apart from
-  // the inputs, and xbc apart from y and out (out may alias y).
-  const std::pair<const char*, const Tensor*> inputs[] = {{"xbc_in", &xbc_in}, {"dt", &dt}, {"z", &z}};
-  const std::pair<const char*, const Tensor*> outputs[] = {{"xbc", &xbc}, {"y", &y}, {"out", &out}};
-  for (const auto& [out_name, o] : outputs) {
-    for (const auto& [in_name, i] : inputs) {
-      if (SpansOverlap(*o, *i)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            out_name, " overlaps ", in_name, "; MixerDecode's outputs need memory of their own"));
-      }
-    }
-  }
-  for (const Tensor* o : {&y, &out}) {
-    if (SpansOverlap(xbc, *o)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "xbc overlaps ", o == &y ? "y" : "out", "; MixerDecode's xbc needs memory of its own"));
-    }
-  }
+  COIL_RETURN_IF_ERROR(CheckMixerOverlaps("MixerDecode", xbc_in, dt, z, xbc,
+                                          {{"xbc", &xbc}, {"y", &y}, {"out", &out}}));
   return TimedOp([] { return "MixerDecode"; },
                  [&] {
                    return DoMixerDecode(xbc_in, dt, z, weights, options, norm_eps, batch,
@@ -553,6 +586,54 @@ absl::Status Backend::DoMixerDecode(const Tensor& xbc_in, const Tensor& dt, cons
   COIL_RETURN_IF_ERROR(DoSsmScan(x, dt, weights.a_log, b, c, weights.d, weights.dt_bias, options,
                                  batch, ssm_state, y));
   return DoGatedRmsNorm(y, z, weights.norm_weight, groups, norm_eps, out);
+}
+
+absl::Status Backend::MixerDecodeSumSquares(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
+                                            const MixerWeights& weights,
+                                            const SsmScanOptions& options,
+                                            const RecurrentBatch& batch, const Tensor& conv_state,
+                                            const Tensor& ssm_state, const Tensor& xbc,
+                                            const Tensor& y, const Tensor& sumsq) {
+  int64_t groups = 0;
+  COIL_RETURN_IF_ERROR(CheckMixerDecode(*this, "MixerDecodeSumSquares", xbc_in, dt, z, weights,
+                                        options, batch, conv_state, ssm_state, xbc, y, &groups));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "sumsq", sumsq, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("sumsq", sumsq, 0, y.dim(0), "y's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("sumsq", sumsq, 1, groups, "the B/C groups in xbc"));
+  COIL_RETURN_IF_ERROR(CheckMixerOverlaps("MixerDecodeSumSquares", xbc_in, dt, z, xbc,
+                                          {{"xbc", &xbc}, {"y", &y}, {"sumsq", &sumsq}}));
+  if (SpansOverlap(y, sumsq)) {
+    return absl::InvalidArgumentError(
+        "sumsq overlaps y; MixerDecodeSumSquares's outputs need memory of their own");
+  }
+  return TimedOp([] { return "MixerDecodeSumSquares"; },
+                 [&] {
+                   return DoMixerDecodeSumSquares(xbc_in, dt, z, weights, options, batch,
+                                                  conv_state, ssm_state, xbc, y, sumsq);
+                 });
+}
+
+absl::Status Backend::DoMixerDecodeSumSquares(const Tensor& xbc_in, const Tensor& dt,
+                                              const Tensor& z, const MixerWeights& weights,
+                                              const SsmScanOptions& options,
+                                              const RecurrentBatch& batch, const Tensor& conv_state,
+                                              const Tensor& ssm_state, const Tensor& xbc,
+                                              const Tensor& y, const Tensor& sumsq) {
+  Tensor x, b, c;
+  int64_t groups = 0;
+  COIL_RETURN_IF_ERROR(MixerColumns(xbc, ssm_state, &x, &b, &c, &groups));
+  COIL_RETURN_IF_ERROR(
+      DoCausalConv1d(xbc_in, weights.conv_weight, weights.conv_bias, batch, conv_state, xbc));
+  COIL_RETURN_IF_ERROR(DoSsmScan(x, dt, weights.a_log, b, c, weights.d, weights.dt_bias, options,
+                                 batch, ssm_state, y));
+  const int64_t heads = ssm_state.dim(1), p = ssm_state.dim(2);
+  for (int64_t g = 0; g < groups; ++g) {
+    const HeadRange h = GroupHeads(options, heads, groups, g);
+    const Tensor piece = y.Columns(h.begin * p, (h.end - h.begin) * p);
+    COIL_RETURN_IF_ERROR(DoGatedSumSquares(piece, z.Columns(h.begin * p, (h.end - h.begin) * p), 1,
+                                           piece, sumsq.Columns(g, 1)));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Backend::Argmax(const Tensor& logits, const Tensor& ids, const Tensor& values) {

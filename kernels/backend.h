@@ -199,6 +199,22 @@ class Backend {
                            const Tensor& ssm_state, const Tensor& xbc, const Tensor& y,
                            const Tensor& out);
 
+  // MixerDecode up to the norm's cross-rank sum, for heads that may start inside a B/C group
+  // (tensor-parallel ranks sharing a group; whole groups are taken too):
+  //   CausalConv1d(xbc_in) into xbc, SsmScan(x, dt, b, c) into y, then for each local group
+  //   g, over the columns of its heads here (heads [max(0, g hpg - first), min(H, (g + 1)
+  //   hpg - first)), hpg and first as SsmScan reads options), GatedSumSquares with one group:
+  //   the gated values y * silu(z) written over y, their sum of squares into sumsq[:, g],
+  // with the same bits as those ops in turn on the same backend (the CUDA backend fuses them
+  // into one launch; xbc is then scratch). The caller all-reduces sumsq and runs
+  // GatedNormApply over each group's columns. Arguments as for MixerDecode (the weights'
+  // norm_weight is not read); sumsq: f32 [T, G] (may be a column view of a wider buffer).
+  absl::Status MixerDecodeSumSquares(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
+                                     const MixerWeights& weights, const SsmScanOptions& options,
+                                     const RecurrentBatch& batch, const Tensor& conv_state,
+                                     const Tensor& ssm_state, const Tensor& xbc, const Tensor& y,
+                                     const Tensor& sumsq);
+
   // Per row: the index of the largest value (the lowest index among equals; NaN never
   // wins) and the value. logits: f32 [T, V]; ids: i32 [T]; values: f32 [T].
   absl::Status Argmax(const Tensor& logits, const Tensor& ids, const Tensor& values);
@@ -262,6 +278,11 @@ class Backend {
                                      float norm_eps, const RecurrentBatch& batch,
                                      const Tensor& conv_state, const Tensor& ssm_state,
                                      const Tensor& xbc, const Tensor& y, const Tensor& out);
+  // By default the ops' own Do*() in turn.
+  virtual absl::Status DoMixerDecodeSumSquares(
+      const Tensor& xbc_in, const Tensor& dt, const Tensor& z, const MixerWeights& weights,
+      const SsmScanOptions& options, const RecurrentBatch& batch, const Tensor& conv_state,
+      const Tensor& ssm_state, const Tensor& xbc, const Tensor& y, const Tensor& sumsq);
   virtual absl::Status DoArgmax(const Tensor& logits, const Tensor& ids,
                                 const Tensor& values) = 0;
   virtual absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
@@ -296,9 +317,16 @@ class Backend {
 // The public ops, by name: the op harness's coverage test fails for an op listed here
 // that has no test case, so a new op is added here too.
 inline constexpr const char* kBackendOps[] = {
-    "Embedding", "AddRmsNorm",      "Matmul",         "CausalConv1d",
-    "SsmScan",   "GatedSumSquares", "GatedNormApply", "GatedRmsNorm",
-    "MixerDecode", "Argmax",        "GumbelArgmax"};
+    "Embedding",       "AddRmsNorm",     "Matmul",       "CausalConv1d", "SsmScan",
+    "GatedSumSquares", "GatedNormApply", "GatedRmsNorm", "MixerDecode",  "MixerDecodeSumSquares",
+    "Argmax",          "GumbelArgmax"};
+
+// The local heads [begin, end) that read local B/C group g, of `heads` local heads over
+// `groups` local groups, as SsmScan maps them under `options` (heads_per_group 0: evenly).
+struct HeadRange {
+  int64_t begin, end;
+};
+HeadRange GroupHeads(const SsmScanOptions& options, int64_t heads, int64_t groups, int64_t g);
 
 // Checks a RecurrentBatch against `rows` packed rows and a pool of `state_rows` rows (plus
 // the scratch row). Public so that step metadata can be validated once per step too.

@@ -329,6 +329,24 @@ absl::Status CudaBackend::DoMixerDecode(const Tensor& xbc_in, const Tensor& dt, 
                                         const RecurrentBatch& batch, const Tensor& conv_state,
                                         const Tensor& ssm_state, const Tensor& xbc,
                                         const Tensor& y, const Tensor& out) {
+  return RunMixerDecode(xbc_in, dt, z, weights, options, norm_eps, batch, conv_state, ssm_state,
+                        xbc, y, out, Tensor());
+}
+
+absl::Status CudaBackend::DoMixerDecodeSumSquares(
+    const Tensor& xbc_in, const Tensor& dt, const Tensor& z, const MixerWeights& weights,
+    const SsmScanOptions& options, const RecurrentBatch& batch, const Tensor& conv_state,
+    const Tensor& ssm_state, const Tensor& xbc, const Tensor& y, const Tensor& sumsq) {
+  return RunMixerDecode(xbc_in, dt, z, weights, options, /*norm_eps=*/0.0f, batch, conv_state,
+                        ssm_state, xbc, y, Tensor(), sumsq);
+}
+
+absl::Status CudaBackend::RunMixerDecode(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
+                                         const MixerWeights& weights, const SsmScanOptions& options,
+                                         float norm_eps, const RecurrentBatch& batch,
+                                         const Tensor& conv_state, const Tensor& ssm_state,
+                                         const Tensor& xbc, const Tensor& y, const Tensor& out,
+                                         const Tensor& sumsq) {
   if (batch.num_seqs() == 0) return absl::OkStatus();
   COIL_RETURN_IF_ERROR(MakeCurrent());
   COIL_ASSIGN_OR_RETURN(RecurrentBatch device_batch, WithDeviceMirrors(batch));
@@ -347,7 +365,8 @@ absl::Status CudaBackend::DoMixerDecode(const Tensor& xbc_in, const Tensor& dt, 
     tickets_zeroed_ = mixer_tickets_.generation();
   }
   return LaunchMixerDecode(ctx_, xbc_in, dt, z, weights, norm_eps, options, device_batch,
-                           conv_state, ssm_state, xbc, y, out, static_cast<int32_t*>(tickets));
+                           conv_state, ssm_state, xbc, y, out, sumsq,
+                           static_cast<int32_t*>(tickets));
 }
 
 absl::Status CudaBackend::DoArgmax(const Tensor& logits, const Tensor& ids,

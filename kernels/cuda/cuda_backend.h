@@ -105,6 +105,17 @@ class CudaBackend final : public Backend {
                              float norm_eps, const RecurrentBatch& batch, const Tensor& conv_state,
                              const Tensor& ssm_state, const Tensor& xbc, const Tensor& y,
                              const Tensor& out) override;
+  absl::Status DoMixerDecodeSumSquares(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
+                                       const MixerWeights& weights, const SsmScanOptions& options,
+                                       const RecurrentBatch& batch, const Tensor& conv_state,
+                                       const Tensor& ssm_state, const Tensor& xbc, const Tensor& y,
+                                       const Tensor& sumsq) override;
+  // Both fused mixer ops: into out, or into sumsq (LaunchMixerDecode).
+  absl::Status RunMixerDecode(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
+                              const MixerWeights& weights, const SsmScanOptions& options,
+                              float norm_eps, const RecurrentBatch& batch, const Tensor& conv_state,
+                              const Tensor& ssm_state, const Tensor& xbc, const Tensor& y,
+                              const Tensor& out, const Tensor& sumsq);
   absl::Status DoArgmax(const Tensor& logits, const Tensor& ids, const Tensor& values) override;
   absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
                               const Tensor& seeds, const Tensor& steps, int64_t vocab_offset,

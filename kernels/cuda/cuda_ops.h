@@ -100,13 +100,14 @@ absl::Status LaunchGatedNormApply(const CudaContext& ctx, const Tensor& gated,
 absl::Status LaunchGatedRmsNorm(const CudaContext& ctx, const Tensor& y, const Tensor& z,
                                 const Tensor& weight, int64_t ngroups, float eps,
                                 const Tensor& out);
-// The fused mixer decode (mixer_decode.cu). `tickets` holds num_seqs * groups int32 zeros
-// (left zero afterwards).
+// The fused mixer decode (mixer_decode.cu): MixerDecode into `out` when sumsq is empty,
+// MixerDecodeSumSquares into `sumsq` when out is. `tickets` holds num_seqs * groups int32
+// zeros (left zero afterwards).
 absl::Status LaunchMixerDecode(const CudaContext& ctx, const Tensor& xbc_in, const Tensor& dt,
                                const Tensor& z, const MixerWeights& weights, float norm_eps,
                                const SsmScanOptions& options, const RecurrentBatch& batch,
-                               const Tensor& conv_state, const Tensor& ssm_state,
-                               const Tensor& xbc, const Tensor& y, const Tensor& out,
+                               const Tensor& conv_state, const Tensor& ssm_state, const Tensor& xbc,
+                               const Tensor& y, const Tensor& out, const Tensor& sumsq,
                                int32_t* tickets);
 absl::Status LaunchArgmax(const CudaContext& ctx, const Tensor& logits, const Tensor& ids,
                           const Tensor& values);

@@ -1,7 +1,8 @@
 // Backend::MixerDecode on the GPU in one launch: causal conv, one-token state update and
 // gated RMSNorm of a decode step (block body and its contract: mixer_decode_block.h). One
 // block per (sequence, head, tile of 32 headdim rows); a decode layer then takes four
-// launches (norm, in_proj, this, out_proj) instead of six.
+// launches (norm, in_proj, this, out_proj) instead of six. MixerDecodeSumSquares is the same
+// launch stopping at the norm's sums of squares (heads whose group spans ranks).
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -68,7 +69,10 @@ absl::Status LaunchMixerDecode(const CudaContext& ctx, const Tensor& xbc_in, con
                                const SsmScanOptions& options, const RecurrentBatch& batch,
                                const Tensor& conv_state, const Tensor& ssm_state,
                                const Tensor& xbc, const Tensor& y, const Tensor& out,
-                               int32_t* tickets) {
+                               const Tensor& sumsq, int32_t* tickets) {
+  if (out.empty() == sumsq.empty()) {
+    return absl::InternalError("the fused mixer decode writes either out or sumsq");
+  }
   const int64_t headdim = ssm_state.dim(2);
   const int64_t e = ssm_state.dim(1) * headdim, gn = (xbc_in.dim(1) - e) / 2;
   MixerDecodeParams p{};
@@ -84,7 +88,9 @@ absl::Status LaunchMixerDecode(const CudaContext& ctx, const Tensor& xbc_in, con
   p.z_stride = z.stride(0);
   p.norm_weight = weights.norm_weight.data<float>();
   p.norm_eps = norm_eps;
-  p.out_stride = out.stride(0);
+  p.out_stride = out.empty() ? 0 : out.stride(0);
+  p.sumsq = sumsq.empty() ? nullptr : sumsq.data<float>();
+  p.sumsq_stride = sumsq.empty() ? 0 : sumsq.stride(0);
   p.tickets = tickets;
   p.p_tiles = static_cast<int32_t>((headdim + kMixerRows - 1) / kMixerRows);
 

@@ -8,13 +8,18 @@
 //  2. the one-token state update of the tile's rows (SsmDecodeLane, a warp per kMixerRowsPerWarp
 //     rows), y = state . c + D x into y;
 //  3. a ticket per (sequence, group): the last of the group's blocks to take one shifts the
-//     group's B/C conv histories (every block has read them by then) and applies the gated
-//     RMSNorm to the group's columns of y (every block has written them), as GatedRmsNorm
-//     takes it. The ticket counts modulo the group's block count (atomicInc), so the last
-//     draw leaves it at zero for the next launch, and a stale value heals in one launch.
+//     group's B/C conv histories (every block has read them by then) and, over the group's
+//     columns of y (every block has written them), either applies the gated RMSNorm into out
+//     as GatedRmsNorm takes it (MixerDecode), or writes the gated values over y and their sum
+//     of squares into sumsq as GatedSumSquares takes it (MixerDecodeSumSquares: heads that
+//     share their group with another rank's, whose sums the caller all-reduces). The ticket
+//     counts modulo the group's block count (atomicInc), so the last draw leaves it at zero
+//     for the next launch, and a stale value heals in one launch.
+// A group's blocks are those of its heads on this rank: all hpg of them when groups are
+// whole, fewer for the first and last group when a rank's heads start or end inside one.
 // Every formula is the unfused kernels' own (ConvDecodeValue, SsmDecodeLane with the same
 // lane mapping and warp sum, GatedPartialSumSquares with the same block size and BlockSum),
-// so the fused op has the bits of CausalConv1d, SsmScan and GatedRmsNorm run in turn.
+// so the fused op has the bits of the unfused ops run in turn.
 #ifndef COIL_KERNELS_CUDA_MIXER_DECODE_BLOCK_H_
 #define COIL_KERNELS_CUDA_MIXER_DECODE_BLOCK_H_
 
@@ -43,6 +48,10 @@ struct MixerDecodeParams {
   const float* norm_weight;  // [E]
   float norm_eps;
   int64_t out_stride;
+  // Null: normalise into out. Otherwise [rows, groups] (row stride sumsq_stride): each
+  // group's sum of squares, the gated values written over y, and out unused.
+  float* sumsq;
+  int64_t sumsq_stride;
   int32_t* tickets;  // [num_seqs * groups], zero before and after every launch
   int32_t p_tiles;   // ceil(headdim / kMixerRows)
 };
@@ -129,7 +138,13 @@ COIL_HOST_DEVICE void MixerDecodeBlock(Exec& ex, const MixerSmem& sm, const Mixe
   // 3. The group's ticket; only its last block goes on.
   ex.FenceSync();  // every y write of this block is visible before its ticket
   int32_t* ticket = p.tickets + static_cast<int64_t>(seq) * s.groups + group;
-  const int32_t blocks_in_group = s.heads_per_group * p.p_tiles;
+  // The group's heads on this rank (GroupHeads in kernels/backend.h).
+  const int32_t head_begin =
+      group * s.heads_per_group - s.first_head > 0 ? group * s.heads_per_group - s.first_head : 0;
+  const int32_t head_end = (group + 1) * s.heads_per_group - s.first_head < s.heads
+                               ? (group + 1) * s.heads_per_group - s.first_head
+                               : s.heads;
+  const int32_t blocks_in_group = (head_end - head_begin) * p.p_tiles;
   ex.Threads([&](int tid) {
     if (tid == 0) {
       *sm.last = ex.TakeTicket(ticket, blocks_in_group - 1) == blocks_in_group - 1 ? 1 : 0;
@@ -144,10 +159,21 @@ COIL_HOST_DEVICE void MixerDecodeBlock(Exec& ex, const MixerSmem& sm, const Mixe
       ConvDecodeValue(p.conv, seq, MixerBcChannel(s, group, n), true);
     }
   });
-  const int64_t width = static_cast<int64_t>(s.heads_per_group) * P;
-  const int64_t begin = group * width;
+  const int64_t width = static_cast<int64_t>(head_end - head_begin) * P;
+  const int64_t begin = static_cast<int64_t>(head_begin) * P;
   const float* zr = p.z + row * p.z_stride;
   typename Exec::template PerThread<float> part;
+  if (p.sumsq != nullptr) {  // GatedSumSquares over the group's columns, gated over y
+    ex.Threads([&](int tid) {
+      part(tid) = GatedPartialSumSquares([&](int64_t i) { return ex.LoadY(y_row + i); }, zr, y_row,
+                                         begin, width, tid, kMixerThreads);
+    });
+    const float sum = ex.BlockSum(part, sm.sums);
+    ex.Threads([&](int tid) {
+      if (tid == 0) p.sumsq[row * p.sumsq_stride + group] = sum;
+    });
+    return;
+  }
   ex.Threads([&](int tid) {
     part(tid) = GatedPartialSumSquares([&](int64_t i) { return ex.LoadY(y_row + i); }, zr,
                                        nullptr, begin, width, tid, kMixerThreads);

@@ -314,49 +314,63 @@ absl::Status Mamba2Model::AllReduce(float* data, size_t count, bool collectives,
 absl::Status Mamba2Model::GroupNorm(const Layer& layer, const Tensor& y, const Tensor& z,
                                     const Tensor& out, int64_t rows, bool collectives,
                                     absl::Status& status, int64_t layer_index) {
-  const int64_t local_groups = layout_.groups();
-  const int64_t group_size = layout_.heads_per_group * config_.headdim;
-  const Device device = backend_.device();
   auto fail = [&](absl::Status op) {
     if (status.ok() && !op.ok()) status = Annotate(op, LayerContext(layer_index));
   };
   if (layout_.groups_whole()) {  // one pass: the same bits as the two halves
     if (status.ok()) {
-      fail(backend_.GatedRmsNorm(y, z, layer.mixer_norm, local_groups, mixer_norm_eps_, out));
+      fail(backend_.GatedRmsNorm(y, z, layer.mixer_norm, layout_.groups(), mixer_norm_eps_, out));
     }
     return absl::OkStatus();
   }
-  // The columns of local group g: its heads on this rank.
-  const int64_t p = config_.headdim, first = layout_.first_head_in_group();
-  auto piece = [&](int64_t g) {
-    const int64_t head_begin = std::max<int64_t>(0, g * layout_.heads_per_group - first);
-    const int64_t head_end =
-        std::min<int64_t>(layout_.heads(), (g + 1) * layout_.heads_per_group - first);
-    return std::pair<int64_t, int64_t>{head_begin * p, (head_end - head_begin) * p};
-  };
-  const int64_t g_all = config_.ngroups;
-  const Tensor sums(group_sums_.data(), ::coil::DType::kF32, {rows, g_all}, device);
-  // The columns of groups with no piece here must be zero for the all-reduce. When this
-  // rank has a piece of every group (every released Mamba2 has one group, split across the
-  // ranks) GatedSumSquares writes every column, and the zeroing launch is saved.
-  const bool every_column_written = layout_.group_begin == 0 && local_groups == g_all;
-  if (status.ok() && !every_column_written) {
-    fail(backend_.FillZero(sums.raw(), static_cast<size_t>(rows * g_all) * 4));
-  }
-  for (int64_t g = 0; g < local_groups && status.ok(); ++g) {
-    const auto [begin, width] = piece(g);
+  const Tensor sums = GroupSums(rows, status, layer_index);
+  for (int64_t g = 0; g < layout_.groups() && status.ok(); ++g) {
+    const auto [begin, width] = GroupColumns(g);
     fail(backend_.GatedSumSquares(y.Columns(begin, width), z.Columns(begin, width), 1,
                                   y.Columns(begin, width),
                                   sums.Columns(layout_.group_begin + g, 1)));
   }
-  COIL_RETURN_IF_ERROR(
-      AllReduce(sums.data<float>(), static_cast<size_t>(rows * g_all), collectives, status));
-  for (int64_t g = 0; g < local_groups && status.ok(); ++g) {
-    const auto [begin, width] = piece(g);
+  return ApplyGroupNorm(layer, y, sums, out, rows, collectives, status, layer_index);
+}
+
+std::pair<int64_t, int64_t> Mamba2Model::GroupColumns(int64_t g) const {
+  const int64_t p = config_.headdim, first = layout_.first_head_in_group();
+  const int64_t head_begin = std::max<int64_t>(0, g * layout_.heads_per_group - first);
+  const int64_t head_end =
+      std::min<int64_t>(layout_.heads(), (g + 1) * layout_.heads_per_group - first);
+  return {head_begin * p, (head_end - head_begin) * p};
+}
+
+Tensor Mamba2Model::GroupSums(int64_t rows, absl::Status& status, int64_t layer_index) {
+  const int64_t g_all = config_.ngroups;
+  const Tensor sums(group_sums_.data(), ::coil::DType::kF32, {rows, g_all}, backend_.device());
+  // The columns of groups with no piece here must be zero for the all-reduce. When this
+  // rank has a piece of every group (every released Mamba2 has one group, split across the
+  // ranks) the sums fill every column, and the zeroing launch is saved.
+  const bool every_column_written = layout_.group_begin == 0 && layout_.groups() == g_all;
+  if (status.ok() && !every_column_written) {
+    const absl::Status zeroed =
+        backend_.FillZero(sums.raw(), static_cast<size_t>(rows * g_all) * 4);
+    if (!zeroed.ok()) status = Annotate(zeroed, LayerContext(layer_index));
+  }
+  return sums;
+}
+
+absl::Status Mamba2Model::ApplyGroupNorm(const Layer& layer, const Tensor& gated,
+                                         const Tensor& sums, const Tensor& out, int64_t rows,
+                                         bool collectives, absl::Status& status,
+                                         int64_t layer_index) {
+  COIL_RETURN_IF_ERROR(AllReduce(sums.data<float>(), static_cast<size_t>(rows * config_.ngroups),
+                                 collectives, status));
+  const int64_t group_size = layout_.heads_per_group * config_.headdim;
+  for (int64_t g = 0; g < layout_.groups() && status.ok(); ++g) {
+    const auto [begin, width] = GroupColumns(g);
     const Tensor weight(layer.mixer_norm.data<float>() + begin, ::coil::DType::kF32, {width},
-                        device);
-    fail(backend_.GatedNormApply(y.Columns(begin, width), sums.Columns(layout_.group_begin + g, 1),
-                                 weight, group_size, mixer_norm_eps_, out.Columns(begin, width)));
+                        backend_.device());
+    const absl::Status applied = backend_.GatedNormApply(
+        gated.Columns(begin, width), sums.Columns(layout_.group_begin + g, 1), weight, group_size,
+        mixer_norm_eps_, out.Columns(begin, width));
+    if (!applied.ok()) status = Annotate(applied, LayerContext(layer_index));
   }
   return absl::OkStatus();  // only a failed collective is returned; local errors go in status
 }
@@ -434,12 +448,15 @@ absl::Status Mamba2Model::Compute(int64_t rows, int64_t sampled, bool all_rows,
     scan.first_head_in_group = layout_.first_head_in_group();
   }
 
-  // A decode step whose heads hold their groups whole takes the mixer as one op (one launch
-  // on CUDA), with the bits of the three ops it stands for.
-  bool mixer_decode = fused_mixer_ && layout_.groups_whole();
-  for (int s = 0; s < batch.num_seqs() && mixer_decode; ++s) {
-    mixer_decode = batch.run_length(s) == 1;
+  // A decode step takes the mixer as one op (one launch on CUDA), with the bits of the ops it
+  // stands for: up to the norm's output when the heads hold their groups whole, up to the
+  // sums of squares the ranks sharing a group all-reduce when they do not.
+  bool decode_only = fused_mixer_;
+  for (int s = 0; s < batch.num_seqs() && decode_only; ++s) {
+    decode_only = batch.run_length(s) == 1;
   }
+  const bool mixer_decode = decode_only && layout_.groups_whole();
+  const bool mixer_decode_sums = decode_only && !layout_.groups_whole();
 
   if (status.ok()) run(backend_.Embedding(ids, embedding_, layout_.vocab.begin, residual), kInputLayer);
   COIL_RETURN_IF_ERROR(
@@ -462,6 +479,19 @@ absl::Status Mamba2Model::Compute(int64_t rows, int64_t sampled, bool all_rows,
                                  pool.SsmState(static_cast<int64_t>(l)), xbc, y, out_proj_x),
             layer_index);
       }
+    } else if (mixer_decode_sums) {
+      const MixerWeights weights{layer.conv_weight, layer.conv_bias, layer.a_log,
+                                 layer.d,           layer.dt_bias,   Tensor()};
+      const Tensor sums = GroupSums(rows, status, layer_index);
+      if (status.ok()) {
+        run(backend_.MixerDecodeSumSquares(xbc_in, dt, z, weights, scan, batch,
+                                           pool.ConvState(static_cast<int64_t>(l)),
+                                           pool.SsmState(static_cast<int64_t>(l)), xbc, y,
+                                           sums.Columns(layout_.group_begin, layout_.groups())),
+            layer_index);
+      }
+      COIL_RETURN_IF_ERROR(
+          ApplyGroupNorm(layer, y, sums, out_proj_x, rows, collectives, status, layer_index));
     } else {
       if (status.ok()) {
         run(backend_.CausalConv1d(xbc_in, layer.conv_weight, layer.conv_bias, batch,

@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -179,6 +180,16 @@ class Mamba2Model {
   absl::Status GroupNorm(const Layer& layer, const Tensor& y, const Tensor& z, const Tensor& out,
                          int64_t rows, bool collectives, absl::Status& status,
                          int64_t layer_index);
+  // For groups that span ranks: the [rows, ngroups] sums buffer, the columns of groups with
+  // no piece on this rank zeroed (a launch saved when there are none), local group g's
+  // column at group_begin + g.
+  Tensor GroupSums(int64_t rows, absl::Status& status, int64_t layer_index);
+  // Local group g's columns here: [first, first + count) of y.
+  std::pair<int64_t, int64_t> GroupColumns(int64_t g) const;
+  // All-reduces the sums and applies the norm to each local group's gated columns.
+  absl::Status ApplyGroupNorm(const Layer& layer, const Tensor& gated, const Tensor& sums,
+                              const Tensor& out, int64_t rows, bool collectives,
+                              absl::Status& status, int64_t layer_index);
   // Packs and uploads `meta` into the metadata block (one copy) and returns its batch with
   // the device mirrors set (left null on the CPU).
   absl::StatusOr<const RecurrentBatch*> UploadStep(const StepMetadata& meta);

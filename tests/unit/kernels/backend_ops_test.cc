@@ -277,15 +277,21 @@ struct MixerShapeCase {
   int64_t heads, headdim, d_state, groups, width;
   int seqs;
   DType out_dtype = DType::kF32;
+  // MixerDecodeSumSquares (against CausalConv1d, SsmScan and GatedSumSquares per group) in
+  // place of MixerDecode, with heads_per_group and first_head as SsmScanOptions takes them.
+  bool sums = false;
+  int64_t heads_per_group = 0, first_head = 0;
 };
 
 void ExpectMixerDecodeEqualsThreeOps(const MixerShapeCase& m) {
   const int64_t E = m.heads * m.headdim, C = E + 2 * m.groups * m.d_state;
   const int64_t row = E + C + m.heads;  // [z | xbc | dt]
   const int64_t state_rows = m.seqs + 1;
-  SCOPED_TRACE(::testing::Message() << "h" << m.heads << " p" << m.headdim << " ds" << m.d_state
-                                    << " g" << m.groups << " w" << m.width << " seqs " << m.seqs
-                                    << (m.out_dtype == DType::kBF16 ? " bf16 out" : ""));
+  SCOPED_TRACE(::testing::Message()
+               << "h" << m.heads << " p" << m.headdim << " ds" << m.d_state << " g" << m.groups
+               << " w" << m.width << " seqs " << m.seqs
+               << (m.out_dtype == DType::kBF16 ? " bf16 out" : "") << (m.sums ? " sums" : "")
+               << " hpg " << m.heads_per_group << " first " << m.first_head);
   std::mt19937_64 rng(SeedFromName(absl::StrCat("MixerDecodeInvariant", m.headdim, m.d_state)));
   RecurrentBatch batch;
   for (int s = 0; s < m.seqs; ++s) {
@@ -324,7 +330,10 @@ void ExpectMixerDecodeEqualsThreeOps(const MixerShapeCase& m) {
                          t(d_d, {m.heads}),         t(d_bias, {m.heads}), t(d_norm_w, {E})};
     SsmScanOptions options;
     options.chunk_size = 8;
-    // Path 0: the fused op; path 1: the three ops. Each with its own states and outputs.
+    options.heads_per_group = m.heads_per_group;
+    options.first_head_in_group = m.first_head;
+    // Path 0: the fused op; path 1: the ops it stands for. Each with its own states and
+    // outputs (out, or the gated y and the sums).
     std::vector<uint8_t> outs[2];
     std::vector<float> convs[2], ssms[2];
     for (int path = 0; path < 2; ++path) {
@@ -335,9 +344,16 @@ void ExpectMixerDecodeEqualsThreeOps(const MixerShapeCase& m) {
       const Tensor ssm_t = t(ssm, {state_rows + 1, m.heads, m.headdim, m.d_state});
       const Tensor xbc_t = t(xbc, {rows, C}), y_t = t(y, {rows, E});
       const Tensor out_t = t(out, {rows, E}, m.out_dtype);
+      // The sums as a view of columns [1, 1 + groups) of a wider buffer.
+      DeviceArray sums = array(std::vector<float>(rows * (m.groups + 2), 7.0f));
+      const Tensor sums_t = t(sums, {rows, m.groups + 2}).Columns(1, m.groups);
       batch.fresh = fresh0;
       for (int step = 0; step < 2; ++step) {
-        if (path == 0) {
+        if (path == 0 && m.sums) {
+          const absl::Status fused = be.MixerDecodeSumSquares(xbc_in, dt, z, w, options, batch,
+                                                              conv_t, ssm_t, xbc_t, y_t, sums_t);
+          ASSERT_TRUE(fused.ok()) << fused;
+        } else if (path == 0) {
           const absl::Status fused = be.MixerDecode(xbc_in, dt, z, w, options, 1e-5f, batch,
                                                     conv_t, ssm_t, xbc_t, y_t, out_t);
           ASSERT_TRUE(fused.ok()) << fused;
@@ -348,16 +364,40 @@ void ExpectMixerDecodeEqualsThreeOps(const MixerShapeCase& m) {
                                  xbc_t.Columns(E + gn, gn), w.d, w.dt_bias, options, batch, ssm_t,
                                  y_t)
                           .ok());
-          ASSERT_TRUE(be.GatedRmsNorm(y_t, z, w.norm_weight, m.groups, 1e-5f, out_t).ok());
+          if (!m.sums) {
+            ASSERT_TRUE(be.GatedRmsNorm(y_t, z, w.norm_weight, m.groups, 1e-5f, out_t).ok());
+          }
+          for (int64_t g = 0; g < m.groups && m.sums; ++g) {
+            // Group g's heads here, counted out head by head: (first + h) / hpg == g.
+            const int64_t hpg = m.heads_per_group > 0 ? m.heads_per_group : m.heads / m.groups;
+            int64_t head_begin = -1, head_end = -1;
+            for (int64_t h = 0; h < m.heads; ++h) {
+              if ((m.first_head + h) / hpg != g) continue;
+              if (head_begin < 0) head_begin = h;
+              head_end = h + 1;
+            }
+            ASSERT_GE(head_begin, 0) << "group " << g << " has no head here";
+            const int64_t begin = head_begin * m.headdim;
+            const int64_t cols = (head_end - head_begin) * m.headdim;
+            ASSERT_TRUE(be.GatedSumSquares(y_t.Columns(begin, cols), z.Columns(begin, cols), 1,
+                                           y_t.Columns(begin, cols), sums_t.Columns(g, 1))
+                            .ok());
+          }
         }
         // The second step resumes every real sequence; padding stays on the scratch row.
         for (int s = 0; s < m.seqs; ++s) batch.fresh[s] = s % 4 == 1 ? 1 : 0;
       }
       auto o = out.Read();
+      auto gated = y.Read();
+      auto sum_bytes = sums.Read();
       auto c = conv.ReadFloats();
       auto st = ssm.ReadFloats();
-      ASSERT_TRUE(o.ok() && c.ok() && st.ok());
+      ASSERT_TRUE(o.ok() && gated.ok() && sum_bytes.ok() && c.ok() && st.ok());
       outs[path] = *o;
+      if (m.sums) {
+        outs[path] = *gated;
+        outs[path].insert(outs[path].end(), sum_bytes->begin(), sum_bytes->end());
+      }
       convs[path] = *c;
       ssms[path] = *st;
     }
@@ -377,6 +417,21 @@ TEST(MixerDecodeInvariantTest, EqualsItsThreeOpsBitForBit) {
            {2, 8, 600, 2, 2, 2},                    // two spans, width 2
            {4, 64, 128, 1, 4, 5, DType::kBF16},     // mamba2's heads, bf16 out
            {2, 8, 16, 1, 4, 300}}) {                // 300 sequences' tickets
+    ExpectMixerDecodeEqualsThreeOps(m);
+  }
+}
+
+// MixerDecodeSumSquares is CausalConv1d, SsmScan and GatedSumSquares over each group's
+// columns: the same gated y, sums (into a column view) and states, bit for bit. Heads that
+// start inside a group (pieces of one and four heads; two and four, with partial tiles; a
+// TP2 rank's half of mamba2's group), whole groups, and many sequences.
+TEST(MixerDecodeInvariantTest, SumSquaresEqualsItsOpsBitForBit) {
+  for (MixerShapeCase m :
+       std::vector<MixerShapeCase>{{5, 24, 20, 2, 4, 4, DType::kF32, true, 4, 3},
+                                   {6, 40, 18, 2, 3, 3, DType::kF32, true, 4, 2},
+                                   {4, 24, 20, 2, 4, 4, DType::kF32, true},
+                                   {12, 64, 128, 1, 4, 5, DType::kF32, true, 24, 12},
+                                   {3, 8, 16, 2, 4, 300, DType::kF32, true, 2, 1}}) {
     ExpectMixerDecodeEqualsThreeOps(m);
   }
 }
@@ -439,7 +494,31 @@ TEST(MixerDecodeInvariantTest, RefusesWhatItDoesNotCompute) {
     const absl::Status partial =
         be.MixerDecode(xbc_in, dt, z, w, split, 1e-5f, decode, conv_t, ssm_t, xbc_t, y_t, out_t);
     EXPECT_TRUE(absl::IsInvalidArgument(partial)) << partial;
-    EXPECT_NE(partial.message().find("heads_per_group"), std::string::npos) << partial;
+    EXPECT_NE(partial.message().find("MixerDecodeSumSquares"), std::string::npos) << partial;
+
+    // MixerDecodeSumSquares: sums of one column per group, apart from the other outputs, and
+    // decode runs only.
+    DeviceArray sums = array(kRows * kGroups);
+    const Tensor sums_t = t(sums, {kRows, kGroups});
+    const MixerWeights no_norm{w.conv_weight, w.conv_bias, w.a_log, w.d, w.dt_bias, Tensor()};
+    SsmScanOptions across = options;  // 4 heads from head 2 of a group of 4: two groups
+    across.heads_per_group = 4;
+    across.first_head_in_group = 2;
+    EXPECT_TRUE(be.MixerDecodeSumSquares(xbc_in, dt, z, no_norm, across, decode, conv_t, ssm_t,
+                                         xbc_t, y_t, sums_t)
+                    .ok());
+    const absl::Status narrow = be.MixerDecodeSumSquares(
+        xbc_in, dt, z, no_norm, across, decode, conv_t, ssm_t, xbc_t, y_t, sums_t.Columns(0, 1));
+    EXPECT_TRUE(absl::IsInvalidArgument(narrow)) << narrow;
+    EXPECT_NE(narrow.message().find("B/C groups"), std::string::npos) << narrow;
+    const absl::Status sums_on_y = be.MixerDecodeSumSquares(
+        xbc_in, dt, z, no_norm, across, decode, conv_t, ssm_t, xbc_t, y_t, t(y, {kRows, kGroups}));
+    EXPECT_TRUE(absl::IsInvalidArgument(sums_on_y)) << sums_on_y;
+    EXPECT_NE(sums_on_y.message().find("overlaps"), std::string::npos) << sums_on_y;
+    const absl::Status sums_prefill = be.MixerDecodeSumSquares(
+        xbc_in, dt, z, no_norm, across, prefill, conv_t, ssm_t, xbc_t, y_t, sums_t);
+    EXPECT_TRUE(absl::IsInvalidArgument(sums_prefill)) << sums_prefill;
+    EXPECT_NE(sums_prefill.message().find("runs 2 tokens"), std::string::npos) << sums_prefill;
 
     const absl::Status width = be.MixerDecode(
         in.Columns(kE, kC - 1), dt, z,

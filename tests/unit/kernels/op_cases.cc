@@ -596,23 +596,37 @@ class GatedRmsNormCase : public OpCase {
   std::optional<DeviceArray> d_y_, d_z_, d_w_, d_o_;
 };
 
-// ---------------------------------------------------------------- MixerDecode
+// ---------------------------------------------------------------- MixerDecode(SumSquares)
 struct MixerShape {
   int64_t heads, headdim, d_state, groups, width;
+};
+
+// MixerDecodeSumSquares in place of MixerDecode when `sums`; heads_per_group and first_head
+// as SsmScanOptions takes them (0: the heads hold their groups whole).
+struct MixerSums {
+  bool sums = false;
+  int64_t heads_per_group = 0, first_head = 0;
 };
 
 class MixerDecodeCase : public OpCase {
  public:
   // runs: 1 (a decode token) or 0 (a padding entry on the scratch row).
   MixerDecodeCase(MixerShape shape, std::vector<int32_t> runs, int state_rows,
-                  DType out_dtype = DType::kF32, BatchMix mix = {})
-      : s_(shape), runs_(std::move(runs)), state_rows_(state_rows), out_dtype_(out_dtype),
-        mix_(mix) {}
-  std::string Op() const override { return "MixerDecode"; }
+                  DType out_dtype = DType::kF32, BatchMix mix = {}, MixerSums sums = {})
+      : s_(shape),
+        runs_(std::move(runs)),
+        state_rows_(state_rows),
+        out_dtype_(out_dtype),
+        mix_(mix),
+        sums_(sums) {}
+  std::string Op() const override { return sums_.sums ? "MixerDecodeSumSquares" : "MixerDecode"; }
   std::string Params() const override {
     return absl::StrCat(out_dtype_ == DType::kBF16 ? "outbf16" : "f32", "_h", s_.heads, "_p",
-                        s_.headdim, "_ds", s_.d_state, "_g", s_.groups, "_w", s_.width, "_runs",
-                        RunsName(runs_), "_rows", state_rows_, mix_.Name());
+                        s_.headdim, "_ds", s_.d_state, "_g", s_.groups, "_w", s_.width,
+                        sums_.heads_per_group > 0 ? absl::StrCat("_hpg", sums_.heads_per_group,
+                                                                 "_first", sums_.first_head)
+                                                  : "",
+                        "_runs", RunsName(runs_), "_rows", state_rows_, mix_.Name());
   }
   // Both sides round out to bf16 from f32 values that may differ in their last bits (the
   // reference's sums run in another order), which can move an element by one bf16 step.
@@ -651,6 +665,14 @@ class MixerDecodeCase : public OpCase {
     COIL_ASSIGN_OR_RETURN(d_y_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * e_, nan)));
     COIL_ASSIGN_OR_RETURN(
         d_out_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * e_, nan), out_dtype_));
+    // sumsq: the view of columns [1, 1 + groups) of a wider buffer; the two columns outside
+    // it must keep their value.
+    std::vector<float> sums(rows_ * (s_.groups + 2), nan);
+    for (int64_t t = 0; t < rows_; ++t) {
+      sums[t * (s_.groups + 2)] = -3.0f;
+      sums[t * (s_.groups + 2) + s_.groups + 1] = -5.0f;
+    }
+    COIL_ASSIGN_OR_RETURN(d_sums_, DeviceArray::FromFloats(backend, sums));
     return absl::OkStatus();
   }
   absl::Status Launch(Backend& backend) override {
@@ -665,22 +687,38 @@ class MixerDecodeCase : public OpCase {
         Tensor(d_norm_w_->data(), DType::kF32, {e_}, dev)};
     SsmScanOptions options;
     options.chunk_size = 8;
-    return backend.MixerDecode(
-        packed.Columns(e_, c_), packed.Columns(e_ + c_, s_.heads), packed.Columns(0, e_), weights,
-        options, 1e-5f, batch_,
-        Tensor(d_conv_state_->data(), DType::kF32, {state_rows_ + 1, s_.width - 1, c_}, dev),
-        Tensor(d_ssm_state_->data(), DType::kF32,
-               {state_rows_ + 1, s_.heads, s_.headdim, s_.d_state}, dev),
-        Tensor(d_xbc_->data(), DType::kF32, {rows_, c_}, dev),
-        Tensor(d_y_->data(), DType::kF32, {rows_, e_}, dev),
-        Tensor(d_out_->data(), out_dtype_, {rows_, e_}, dev));
+    options.heads_per_group = sums_.heads_per_group;
+    options.first_head_in_group = sums_.first_head;
+    const Tensor conv_state(d_conv_state_->data(), DType::kF32, {state_rows_ + 1, s_.width - 1, c_},
+                            dev);
+    const Tensor ssm_state(d_ssm_state_->data(), DType::kF32,
+                           {state_rows_ + 1, s_.heads, s_.headdim, s_.d_state}, dev);
+    const Tensor xbc(d_xbc_->data(), DType::kF32, {rows_, c_}, dev);
+    const Tensor y(d_y_->data(), DType::kF32, {rows_, e_}, dev);
+    if (sums_.sums) {
+      const Tensor sums(d_sums_->data(), DType::kF32, {rows_, s_.groups + 2}, dev);
+      return backend.MixerDecodeSumSquares(
+          packed.Columns(e_, c_), packed.Columns(e_ + c_, s_.heads), packed.Columns(0, e_), weights,
+          options, batch_, conv_state, ssm_state, xbc, y, sums.Columns(1, s_.groups));
+    }
+    return backend.MixerDecode(packed.Columns(e_, c_), packed.Columns(e_ + c_, s_.heads),
+                               packed.Columns(0, e_), weights, options, 1e-5f, batch_, conv_state,
+                               ssm_state, xbc, y,
+                               Tensor(d_out_->data(), out_dtype_, {rows_, e_}, dev));
   }
   absl::StatusOr<OpResult> Collect() override {
     OpResult r;
-    COIL_ASSIGN_OR_RETURN(auto out, d_out_->Read());
     COIL_ASSIGN_OR_RETURN(auto conv_state, d_conv_state_->ReadFloats());
     COIL_ASSIGN_OR_RETURN(auto ssm_state, d_ssm_state_->ReadFloats());
-    r.outputs.emplace_back("out", Decode(out, out_dtype_));
+    if (sums_.sums) {  // the gated values over y, and the sums
+      COIL_ASSIGN_OR_RETURN(auto gated, d_y_->ReadFloats());
+      COIL_ASSIGN_OR_RETURN(auto sums, d_sums_->ReadFloats());
+      r.outputs.emplace_back("gated", std::move(gated));
+      r.outputs.emplace_back("sumsq", std::move(sums));
+    } else {
+      COIL_ASSIGN_OR_RETURN(auto out, d_out_->Read());
+      r.outputs.emplace_back("out", Decode(out, out_dtype_));
+    }
     SplitStateRows("conv_state", conv_state_, conv_state, (s_.width - 1) * c_, batch_, r);
     SplitStateRows("ssm_state", ssm_state_, ssm_state, e_ * s_.d_state, batch_, r);
     return r;
@@ -701,12 +739,13 @@ class MixerDecodeCase : public OpCase {
   int state_rows_;
   DType out_dtype_;
   BatchMix mix_;
+  MixerSums sums_;
   RecurrentBatch batch_;
   int64_t rows_ = 0, e_ = 0, c_ = 0, row_width_ = 0;
   std::vector<float> packed_, conv_w_, conv_b_, a_log_, d_, dt_bias_, norm_w_, conv_state_,
       ssm_state_;
   std::optional<DeviceArray> d_packed_, d_conv_w_, d_conv_b_, d_a_, d_d_, d_bias_, d_norm_w_,
-      d_conv_state_, d_ssm_state_, d_xbc_, d_y_, d_out_;
+      d_conv_state_, d_ssm_state_, d_xbc_, d_y_, d_out_, d_sums_;
 };
 
 // ---------------------------------------------------------------- Argmax
@@ -1018,6 +1057,24 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   cases.push_back(std::make_unique<MixerDecodeCase>(
       MixerShape{2, 8, 16, 1, 4}, CycledRuns(300, {1, 1, 0, 1}), 300, DType::kF32,
       BatchMix{.fresh_every = 7}));
+  // Up to the sums of squares: heads starting inside a group (one head of the first group,
+  // four of the second; two then four, with partial tiles), whole groups, a TP2 rank's half
+  // of mamba2's one group, and many sequences.
+  cases.push_back(std::make_unique<MixerDecodeCase>(
+      MixerShape{5, 24, 20, 2, 4}, std::vector<int32_t>{1, 1, 0, 1, 0, 1}, 6, DType::kF32,
+      BatchMix{.fresh_every = 3}, MixerSums{true, 4, 3}));
+  cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{6, 40, 18, 2, 3},
+                                                    std::vector<int32_t>{1, 0, 1}, 3, DType::kF32,
+                                                    BatchMix{}, MixerSums{true, 4, 2}));
+  cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{4, 24, 20, 2, 4},
+                                                    std::vector<int32_t>{1, 1, 1}, 4, DType::kF32,
+                                                    BatchMix{}, MixerSums{true}));
+  cases.push_back(std::make_unique<MixerDecodeCase>(
+      MixerShape{12, 64, 128, 1, 4}, std::vector<int32_t>{1, 0, 1, 1}, 5, DType::kF32, BatchMix{},
+      MixerSums{true, 24, 12}));
+  cases.push_back(std::make_unique<MixerDecodeCase>(
+      MixerShape{3, 8, 16, 2, 4}, CycledRuns(300, {1, 1, 0, 1}), 300, DType::kF32,
+      BatchMix{.fresh_every = 7}, MixerSums{true, 2, 1}));
   cases.push_back(std::make_unique<ArgmaxCase>(6, 1000));
   cases.push_back(std::make_unique<ArgmaxCase>(3, 37));
   cases.push_back(std::make_unique<ArgmaxCase>(4, 1000, true));
@@ -1062,6 +1119,10 @@ std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode) {
   if (decode) {  // what a decode step of a bf16 model runs between in_proj and out_proj
     cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{24, 64, 128, 1, 4}, runs,
                                                       state_rows, DType::kBF16));
+    // A TP2 rank's half of it: 12 heads of the one group of 24.
+    cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{12, 64, 128, 1, 4}, runs,
+                                                      state_rows, DType::kF32, BatchMix{},
+                                                      MixerSums{true, 24, 12}));
   }
   cases.push_back(std::make_unique<ArgmaxCase>(rows, 50288));
   cases.push_back(std::make_unique<GumbelArgmaxCase>(rows, 50277, 0, true, false));

@@ -1,11 +1,14 @@
 // The fused CUDA mixer decode's block body (mixer_decode_block.h), run on the host over the
 // kernel's whole grid with MixerHostExec, blocks in a shuffled order, against the CPU
-// reference mode's CausalConv1d, SsmScan and GatedRmsNorm. Checks the block-to-(sequence,
-// head, tile) mapping, partial tiles, the B/C channels each group reads, the tickets (the
-// last block of a group, whichever it is, shifts the shared histories and normalises the
-// group; every ticket is back at zero afterwards), fresh sequences and padding on the
-// scratch row. Runs without a GPU.
+// reference mode's CausalConv1d, SsmScan and GatedRmsNorm (MixerDecode), or CausalConv1d,
+// SsmScan and GatedSumSquares per group (MixerDecodeSumSquares, heads starting inside a
+// group). Checks the block-to-(sequence, head, tile) mapping, partial tiles, the B/C channels
+// each group reads, the tickets (the last block of a group, whichever it is, shifts the
+// shared histories and normalises the group or writes its sums; a group's blocks are those of
+// its heads here; every ticket is back at zero afterwards), fresh sequences and padding on
+// the scratch row. Runs without a GPU.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -29,11 +32,16 @@ struct Case {
   int vec, steps;              // the decode lanes' shape (ssm_scan_kernels.cuh picks it)
   std::vector<int32_t> runs;   // 1: a decode token; 0: a padding entry on the scratch row
   int32_t state_rows;
+  // MixerDecodeSumSquares when > 0: heads_per_group and the first head's place in its group.
+  int32_t heads_per_group = 0, first_head = 0;
 };
 
 std::string CaseName(const Case& c) {
   return absl::StrCat("h", c.heads, "_p", c.headdim, "_ds", c.d_state, "_g", c.groups, "_w",
-                      c.width, "_v", c.vec, "s", c.steps, "_n", c.runs.size());
+                      c.width, "_v", c.vec, "s", c.steps, "_n", c.runs.size(),
+                      c.heads_per_group > 0
+                          ? absl::StrCat("_sums_hpg", c.heads_per_group, "_first", c.first_head)
+                          : "");
 }
 
 void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
@@ -82,11 +90,13 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
   const std::vector<float> ssm0 =
       ::coil::testing::RandomFloats(rng, (c.state_rows + 1) * E * c.d_state);
 
-  // The reference: the CPU reference mode's three ops (MixerDecode's default).
+  // The reference: the CPU reference mode's ops (MixerDecode's and MixerDecodeSumSquares's
+  // default).
+  const bool sums = c.heads_per_group > 0;
   auto reference = CreateBackend(BackendKind::kCpu, {.threads = 1, .use_reference = true});
   ASSERT_TRUE(reference.ok()) << reference.status();
   std::vector<float> in = packed, want_conv = conv0, want_ssm = ssm0;
-  std::vector<float> xbc(rows * C), y(rows * E), want_out(rows * E);
+  std::vector<float> xbc(rows * C), y(rows * E), want_out(rows * E), want_sums(rows * c.groups);
   const Tensor in_t(in.data(), DType::kF32, {rows, row_width});
   const MixerWeights w{Tensor(conv_w.data(), DType::kF32, {C, c.width}),
                        Tensor(conv_b.data(), DType::kF32, {C}),
@@ -94,21 +104,38 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
                        Tensor(d.data(), DType::kF32, {c.heads}),
                        Tensor(dt_bias.data(), DType::kF32, {c.heads}),
                        Tensor(norm_w.data(), DType::kF32, {E})};
-  ASSERT_TRUE((*reference)
-                  ->MixerDecode(in_t.Columns(E, C), in_t.Columns(E + C, c.heads),
-                                in_t.Columns(0, E), w, SsmScanOptions{}, 1e-5f, batch,
-                                Tensor(want_conv.data(), DType::kF32,
-                                       {c.state_rows + 1, c.width - 1, C}),
-                                Tensor(want_ssm.data(), DType::kF32,
-                                       {c.state_rows + 1, c.heads, c.headdim, c.d_state}),
-                                Tensor(xbc.data(), DType::kF32, {rows, C}),
-                                Tensor(y.data(), DType::kF32, {rows, E}),
-                                Tensor(want_out.data(), DType::kF32, {rows, E}))
-                  .ok());
+  SsmScanOptions options;
+  options.heads_per_group = c.heads_per_group;
+  options.first_head_in_group = c.first_head;
+  const Tensor want_conv_t(want_conv.data(), DType::kF32, {c.state_rows + 1, c.width - 1, C});
+  const Tensor want_ssm_t(want_ssm.data(), DType::kF32,
+                          {c.state_rows + 1, c.heads, c.headdim, c.d_state});
+  if (sums) {
+    const absl::Status done =
+        (*reference)
+            ->MixerDecodeSumSquares(in_t.Columns(E, C), in_t.Columns(E + C, c.heads),
+                                    in_t.Columns(0, E), w, options, batch, want_conv_t, want_ssm_t,
+                                    Tensor(xbc.data(), DType::kF32, {rows, C}),
+                                    Tensor(want_out.data(), DType::kF32, {rows, E}),
+                                    Tensor(want_sums.data(), DType::kF32, {rows, c.groups}));
+    ASSERT_TRUE(done.ok()) << done;
+  } else {
+    const absl::Status done =
+        (*reference)
+            ->MixerDecode(in_t.Columns(E, C), in_t.Columns(E + C, c.heads), in_t.Columns(0, E), w,
+                          options, 1e-5f, batch, want_conv_t, want_ssm_t,
+                          Tensor(xbc.data(), DType::kF32, {rows, C}),
+                          Tensor(y.data(), DType::kF32, {rows, E}),
+                          Tensor(want_out.data(), DType::kF32, {rows, E}));
+    ASSERT_TRUE(done.ok()) << done;
+  }
 
   // The emulated kernel, as LaunchMixerDecode fills its parameters.
   std::vector<float> got_conv = conv0, got_ssm = ssm0, got_y(rows * E, std::nanf(""));
   std::vector<float> got_out(rows * E, std::nanf(""));
+  // The sums as columns [1, 1 + groups) of a wider buffer, whose other columns must stay.
+  const int64_t sums_stride = c.groups + 2;
+  std::vector<float> got_sums(rows * sums_stride, 9.0f);
   std::vector<int32_t> tickets(rows * c.groups, 0);
   MixerDecodeParams p{};
   p.conv.x = packed.data() + E;
@@ -143,8 +170,8 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
   s.headdim = c.headdim;
   s.d_state = c.d_state;
   s.groups = c.groups;
-  s.heads_per_group = c.heads / c.groups;
-  s.first_head = 0;
+  s.heads_per_group = sums ? c.heads_per_group : c.heads / c.groups;  // as SsmScanParamsFor
+  s.first_head = sums ? c.first_head : 0;
   s.state_rows = c.state_rows;
   s.dt_min = 0.0f;
   s.dt_max = std::numeric_limits<float>::infinity();
@@ -153,6 +180,10 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
   p.norm_weight = norm_w.data();
   p.norm_eps = 1e-5f;
   p.out_stride = E;
+  if (sums) {
+    p.sumsq = got_sums.data() + 1;
+    p.sumsq_stride = sums_stride;
+  }
   p.tickets = tickets.data();
   p.p_tiles = (c.headdim + kMixerRows - 1) / kMixerRows;
 
@@ -170,7 +201,22 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
     RunGrid<1, 4>(p, order, got_out);
   }
 
-  EXPECT_LE(::coil::testing::Nmse(got_out, want_out), 1e-9);
+  if (sums) {  // the gated values over y, the sums in their columns, the others as they were
+    EXPECT_LE(::coil::testing::Nmse(got_y, want_out), 1e-9);
+    std::vector<float> sums_view(rows * c.groups);
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int32_t g = 0; g < c.groups; ++g) {
+        sums_view[t * c.groups + g] = got_sums[t * sums_stride + 1 + g];
+      }
+      EXPECT_EQ(got_sums[t * sums_stride], 9.0f) << "row " << t;
+      EXPECT_EQ(got_sums[t * sums_stride + c.groups + 1], 9.0f) << "row " << t;
+    }
+    EXPECT_LE(::coil::testing::Nmse(sums_view, want_sums), 1e-9);
+    EXPECT_TRUE(std::all_of(got_out.begin(), got_out.end(), [](float v) { return std::isnan(v); }))
+        << "out was written in the sums form";
+  } else {
+    EXPECT_LE(::coil::testing::Nmse(got_out, want_out), 1e-9);
+  }
   EXPECT_EQ(tickets, std::vector<int32_t>(tickets.size(), 0)) << "a ticket was left taken";
   // The states: the slots the batch uses like the reference, every other row (the scratch
   // row too) bit for bit as it was.
@@ -210,7 +256,15 @@ INSTANTIATE_TEST_SUITE_P(
         // Two spans of 512 columns; width 2 (a history of one entry).
         Case{2, 8, 600, 2, 2, 4, 4, {1, 1}, 3},
         // mamba2's head shape: 4 tiles per head, one group; many sequences.
-        Case{4, 64, 128, 1, 4, 4, 1, {1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1}, 12}),
+        Case{4, 64, 128, 1, 4, 4, 1, {1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1}, 12},
+        // The sums form: one head of the first group then four of the second, partial tiles.
+        Case{5, 24, 20, 2, 4, 4, 1, {1, 1, 0, 1, 0, 1}, 6, 4, 3},
+        // Two heads then four, a partial second tile, scalar loads.
+        Case{6, 40, 18, 2, 3, 1, 1, {1, 0, 1}, 3, 4, 2},
+        // Three groups, the middle one whole: 1 + 3 + 2 heads.
+        Case{6, 16, 16, 3, 4, 4, 4, {1, 1, 1, 0}, 4, 3, 2},
+        // A TP2 rank's half of mamba2's one group (heads 12 to 23 of 24).
+        Case{12, 64, 128, 1, 4, 4, 1, {1, 0, 1, 1}, 5, 24, 12}),
     [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
 }  // namespace

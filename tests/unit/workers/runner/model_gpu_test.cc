@@ -317,8 +317,8 @@ TEST(Mamba2GpuTest, ProgrammaticDependentLaunchGivesTheSameLogits) {
 // give the TP1 model's tokens of every kind (greedy, plain temperature through the device
 // Gumbel-max merged across ranks, top_p through the host sampler) and its logits within
 // 1e-5 relative (f32 weights): with the single group split across the ranks (the decode
-// mixer as three ops and the cross-rank gated norm) and with a group on each (the fused
-// mixer on each rank).
+// mixer up to the sums, MixerDecodeSumSquares, and the cross-rank gated norm) and with a
+// group on each (the whole fused MixerDecode on each rank).
 TEST(Mamba2GpuTest, TwoShardsOnOneGpuGiveTheTp1TokensAndLogits) {
   {
     COIL_GPU_OR_SKIP(probe);
