@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -473,14 +474,19 @@ absl::Status MixerColumns(const Tensor& xbc, const Tensor& ssm_state, Tensor* x,
   return absl::OkStatus();
 }
 
-// Whether the bytes two views span (first row's start to last row's end) intersect: a
-// conservative test (interleaved column views of one matrix count as overlapping).
+// Whether the bytes two views span (first element to last) intersect: a conservative test
+// (interleaved column views of one matrix count as overlapping). An empty view meets none.
 bool SpansOverlap(const Tensor& a, const Tensor& b) {
+  if (a.empty() || b.empty()) return false;
   auto span = [](const Tensor& t) {
     const uintptr_t begin = reinterpret_cast<uintptr_t>(t.raw());
-    const int64_t elements = (t.dim(0) - 1) * t.stride(0) + t.dim(1);
+    int64_t last = 0;  // the last element's offset
+    for (int i = 0; i < t.rank(); ++i) {
+      if (t.dim(i) == 0) return std::pair<uintptr_t, uintptr_t>{begin, begin};
+      last += (t.dim(i) - 1) * t.stride(i);
+    }
     return std::pair<uintptr_t, uintptr_t>{
-        begin, begin + static_cast<uintptr_t>(elements) * DTypeSize(t.dtype())};
+        begin, begin + static_cast<uintptr_t>(last + 1) * DTypeSize(t.dtype())};
   };
   const auto [a0, a1] = span(a);
   const auto [b0, b1] = span(b);
@@ -492,8 +498,7 @@ bool SpansOverlap(const Tensor& a, const Tensor& b) {
 namespace {
 
 // What MixerDecode and MixerDecodeSumSquares check alike: the conv and the scan over xbc's
-// columns, decode runs only, and y and xbc apart from the inputs and xbc apart from y. Sets
-// the number of B/C groups.
+// columns, decode runs only, and z's shape. Sets the number of B/C groups.
 absl::Status CheckMixerDecode(const Backend& backend, const char* op, const Tensor& xbc_in,
                               const Tensor& dt, const Tensor& z, const MixerWeights& weights,
                               const SsmScanOptions& options, const RecurrentBatch& batch,
@@ -520,22 +525,41 @@ absl::Status CheckMixerDecode(const Backend& backend, const char* op, const Tens
   return absl::OkStatus();
 }
 
-// A fused form reads its inputs while other blocks write outputs: every output apart from
-// the inputs, and xbc apart from the other outputs (which may alias each other).
+using NamedTensor = std::pair<const char*, const Tensor*>;
+
+// A fused form reads its inputs, weights and states while other blocks write its outputs:
+// every output apart from all of those, and the outputs apart from each other, but for out
+// over y (MixerDecode's f32 model passes y as out: each thread reads y then writes out at
+// the same element).
 absl::Status CheckMixerOverlaps(const char* op, const Tensor& xbc_in, const Tensor& dt,
-                                const Tensor& z, const Tensor& xbc,
-                                std::initializer_list<std::pair<const char*, const Tensor*>> outs) {
-  const std::pair<const char*, const Tensor*> inputs[] = {{"xbc_in", &xbc_in}, {"dt", &dt}, {"z", &z}};
-  for (const auto& [out_name, o] : outs) {
-    for (const auto& [in_name, i] : inputs) {
-      if (SpansOverlap(*o, *i)) {
-        return absl::InvalidArgumentError(absl::StrCat(out_name, " overlaps ", in_name, "; ", op,
+                                const Tensor& z, const MixerWeights& weights,
+                                const Tensor& conv_state, const Tensor& ssm_state,
+                                std::initializer_list<NamedTensor> outs) {
+  const NamedTensor reads[] = {{"xbc_in", &xbc_in},
+                               {"dt", &dt},
+                               {"z", &z},
+                               {"conv_state", &conv_state},
+                               {"ssm_state", &ssm_state},
+                               {"conv_weight", &weights.conv_weight},
+                               {"conv_bias", &weights.conv_bias},
+                               {"a_log", &weights.a_log},
+                               {"d", &weights.d},
+                               {"dt_bias", &weights.dt_bias},
+                               {"norm_weight", &weights.norm_weight}};
+  for (auto o = outs.begin(); o != outs.end(); ++o) {
+    for (const auto& [in_name, i] : reads) {
+      if (SpansOverlap(*o->second, *i)) {
+        return absl::InvalidArgumentError(absl::StrCat(o->first, " overlaps ", in_name, "; ", op,
                                                        "'s outputs need memory of their own"));
       }
     }
-    if (o != &xbc && SpansOverlap(xbc, *o)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("xbc overlaps ", out_name, "; ", op, "'s xbc needs memory of its own"));
+    for (auto other = outs.begin(); other != o; ++other) {
+      const bool out_on_y =
+          std::string_view(o->first) == "out" && std::string_view(other->first) == "y";
+      if (!out_on_y && SpansOverlap(*o->second, *other->second)) {
+        return absl::InvalidArgumentError(absl::StrCat(o->first, " overlaps ", other->first, "; ",
+                                                       op, "'s outputs need memory of their own"));
+      }
     }
   }
   return absl::OkStatus();
@@ -564,8 +588,8 @@ absl::Status Backend::MixerDecode(const Tensor& xbc_in, const Tensor& dt, const 
   COIL_RETURN_IF_ERROR(CheckMixerDecode(*this, "MixerDecode", xbc_in, dt, z, weights, options,
                                         batch, conv_state, ssm_state, xbc, y, &groups));
   COIL_RETURN_IF_ERROR(CheckGatedRmsNorm(*this, y, z, weights.norm_weight, groups, norm_eps, out));
-  COIL_RETURN_IF_ERROR(CheckMixerOverlaps("MixerDecode", xbc_in, dt, z, xbc,
-                                          {{"xbc", &xbc}, {"y", &y}, {"out", &out}}));
+  COIL_RETURN_IF_ERROR(CheckMixerOverlaps("MixerDecode", xbc_in, dt, z, weights, conv_state,
+                                          ssm_state, {{"xbc", &xbc}, {"y", &y}, {"out", &out}}));
   return TimedOp([] { return "MixerDecode"; },
                  [&] {
                    return DoMixerDecode(xbc_in, dt, z, weights, options, norm_eps, batch,
@@ -600,12 +624,9 @@ absl::Status Backend::MixerDecodeSumSquares(const Tensor& xbc_in, const Tensor& 
   COIL_RETURN_IF_ERROR(CheckTensor(*this, "sumsq", sumsq, {DType::kF32}, 2));
   COIL_RETURN_IF_ERROR(CheckDim("sumsq", sumsq, 0, y.dim(0), "y's rows"));
   COIL_RETURN_IF_ERROR(CheckDim("sumsq", sumsq, 1, groups, "the B/C groups in xbc"));
-  COIL_RETURN_IF_ERROR(CheckMixerOverlaps("MixerDecodeSumSquares", xbc_in, dt, z, xbc,
+  COIL_RETURN_IF_ERROR(CheckMixerOverlaps("MixerDecodeSumSquares", xbc_in, dt, z, weights,
+                                          conv_state, ssm_state,
                                           {{"xbc", &xbc}, {"y", &y}, {"sumsq", &sumsq}}));
-  if (SpansOverlap(y, sumsq)) {
-    return absl::InvalidArgumentError(
-        "sumsq overlaps y; MixerDecodeSumSquares's outputs need memory of their own");
-  }
   return TimedOp([] { return "MixerDecodeSumSquares"; },
                  [&] {
                    return DoMixerDecodeSumSquares(xbc_in, dt, z, weights, options, batch,

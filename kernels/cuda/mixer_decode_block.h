@@ -1,7 +1,7 @@
 // One block of the fused mixer decode (Backend::MixerDecode on CUDA: mixer_decode.cu launches
 // it, and tests/unit/kernels/cuda/mixer_emulation_test.cc runs the same body on the host).
 // A block is one (sequence, head, tile of kMixerRows headdim rows) of a decode step, where
-// every run is one token and every head's B/C group lies on this rank:
+// every run is one token:
 //  1. the causal conv outputs it needs: the group's B and C channels (their history only
 //     read: every block of the group reads it) and the tile's x channels (history shifted in
 //     place: no other block owns them), into shared memory;

@@ -334,11 +334,11 @@ absl::Status Mamba2Model::GroupNorm(const Layer& layer, const Tensor& y, const T
 }
 
 std::pair<int64_t, int64_t> Mamba2Model::GroupColumns(int64_t g) const {
-  const int64_t p = config_.headdim, first = layout_.first_head_in_group();
-  const int64_t head_begin = std::max<int64_t>(0, g * layout_.heads_per_group - first);
-  const int64_t head_end =
-      std::min<int64_t>(layout_.heads(), (g + 1) * layout_.heads_per_group - first);
-  return {head_begin * p, (head_end - head_begin) * p};
+  SsmScanOptions split;  // as Compute passes it when groups are not whole
+  split.heads_per_group = layout_.heads_per_group;
+  split.first_head_in_group = layout_.first_head_in_group();
+  const HeadRange heads = GroupHeads(split, layout_.heads(), layout_.groups(), g);
+  return {heads.begin * config_.headdim, (heads.end - heads.begin) * config_.headdim};
 }
 
 Tensor Mamba2Model::GroupSums(int64_t rows, absl::Status& status, int64_t layer_index) {

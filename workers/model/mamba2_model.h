@@ -58,8 +58,9 @@ struct LoadOptions {
   // communicator can be captured (one rank, or device memory: NCCL). False runs every
   // step op by op (for debugging: --cuda-graphs=false).
   bool cuda_graphs = true;
-  // Run a decode step's mixer as one MixerDecode op where it applies (one launch on CUDA);
-  // false runs its three ops (the same bits: for measuring what the fusion saves).
+  // Run a decode step's mixer as one op (MixerDecode, or MixerDecodeSumSquares where ranks
+  // share a group: one launch on CUDA); false runs the ops it stands for (the same bits: for
+  // measuring what the fusion saves).
   bool fused_mixer = true;
 };
 

@@ -424,13 +424,16 @@ TEST(MixerDecodeInvariantTest, EqualsItsThreeOpsBitForBit) {
 // MixerDecodeSumSquares is CausalConv1d, SsmScan and GatedSumSquares over each group's
 // columns: the same gated y, sums (into a column view) and states, bit for bit. Heads that
 // start inside a group (pieces of one and four heads; two and four, with partial tiles; a
-// TP2 rank's half of mamba2's group), whole groups, and many sequences.
+// TP2 rank's second half of mamba2's group), heads that end inside one (the first half; 1 +
+// 3 + 2 heads over three groups), whole groups, and many sequences.
 TEST(MixerDecodeInvariantTest, SumSquaresEqualsItsOpsBitForBit) {
   for (MixerShapeCase m :
        std::vector<MixerShapeCase>{{5, 24, 20, 2, 4, 4, DType::kF32, true, 4, 3},
                                    {6, 40, 18, 2, 3, 3, DType::kF32, true, 4, 2},
                                    {4, 24, 20, 2, 4, 4, DType::kF32, true},
                                    {12, 64, 128, 1, 4, 5, DType::kF32, true, 24, 12},
+                                   {12, 64, 128, 1, 4, 5, DType::kF32, true, 24, 0},
+                                   {6, 16, 16, 3, 4, 4, DType::kF32, true, 3, 2},
                                    {3, 8, 16, 2, 4, 300, DType::kF32, true, 2, 1}}) {
     ExpectMixerDecodeEqualsThreeOps(m);
   }
@@ -515,6 +518,25 @@ TEST(MixerDecodeInvariantTest, RefusesWhatItDoesNotCompute) {
         xbc_in, dt, z, no_norm, across, decode, conv_t, ssm_t, xbc_t, y_t, t(y, {kRows, kGroups}));
     EXPECT_TRUE(absl::IsInvalidArgument(sums_on_y)) << sums_on_y;
     EXPECT_NE(sums_on_y.message().find("overlaps"), std::string::npos) << sums_on_y;
+    // sumsq over xbc, the input rows (a view of z's columns, whose span meets xbc_in's, the
+    // first input checked) and the ssm state; bf16 sums.
+    const std::pair<const char*, Tensor> misplaced[] = {
+        {"xbc", t(xbc, {kRows, kGroups})},
+        {"xbc_in", Tensor(d_packed.data(), DType::kF32, {kRows, kGroups}, {kRow, 1}, dev)},
+        {"ssm_state", t(ssm, {kRows, kGroups})}};
+    for (const auto& [name, where] : misplaced) {
+      const absl::Status over = be.MixerDecodeSumSquares(xbc_in, dt, z, no_norm, across, decode,
+                                                         conv_t, ssm_t, xbc_t, y_t, where);
+      EXPECT_TRUE(absl::IsInvalidArgument(over)) << name << ": " << over;
+      EXPECT_NE(over.message().find(absl::StrCat("sumsq overlaps ", name)), std::string::npos)
+          << over;
+    }
+    DeviceArray sums16 = array(kRows * kGroups);
+    const absl::Status bf16_sums =
+        be.MixerDecodeSumSquares(xbc_in, dt, z, no_norm, across, decode, conv_t, ssm_t, xbc_t, y_t,
+                                 Tensor(sums16.data(), DType::kBF16, {kRows, kGroups}, dev));
+    EXPECT_TRUE(absl::IsInvalidArgument(bf16_sums)) << bf16_sums;
+    EXPECT_NE(bf16_sums.message().find("sumsq"), std::string::npos) << bf16_sums;
     const absl::Status sums_prefill = be.MixerDecodeSumSquares(
         xbc_in, dt, z, no_norm, across, prefill, conv_t, ssm_t, xbc_t, y_t, sums_t);
     EXPECT_TRUE(absl::IsInvalidArgument(sums_prefill)) << sums_prefill;

@@ -1058,8 +1058,8 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
       MixerShape{2, 8, 16, 1, 4}, CycledRuns(300, {1, 1, 0, 1}), 300, DType::kF32,
       BatchMix{.fresh_every = 7}));
   // Up to the sums of squares: heads starting inside a group (one head of the first group,
-  // four of the second; two then four, with partial tiles), whole groups, a TP2 rank's half
-  // of mamba2's one group, and many sequences.
+  // four of the second; two then four, with partial tiles), whole groups, each TP2 rank's
+  // half of mamba2's one group, 1 + 3 + 2 heads over three groups, and many sequences.
   cases.push_back(std::make_unique<MixerDecodeCase>(
       MixerShape{5, 24, 20, 2, 4}, std::vector<int32_t>{1, 1, 0, 1, 0, 1}, 6, DType::kF32,
       BatchMix{.fresh_every = 3}, MixerSums{true, 4, 3}));
@@ -1072,6 +1072,12 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   cases.push_back(std::make_unique<MixerDecodeCase>(
       MixerShape{12, 64, 128, 1, 4}, std::vector<int32_t>{1, 0, 1, 1}, 5, DType::kF32, BatchMix{},
       MixerSums{true, 24, 12}));
+  cases.push_back(std::make_unique<MixerDecodeCase>(
+      MixerShape{12, 64, 128, 1, 4}, std::vector<int32_t>{1, 1, 0, 1}, 5, DType::kF32, BatchMix{},
+      MixerSums{true, 24, 0}));
+  cases.push_back(std::make_unique<MixerDecodeCase>(
+      MixerShape{6, 16, 16, 3, 4}, std::vector<int32_t>{1, 1, 1, 0}, 4, DType::kF32, BatchMix{},
+      MixerSums{true, 3, 2}));
   cases.push_back(std::make_unique<MixerDecodeCase>(
       MixerShape{3, 8, 16, 2, 4}, CycledRuns(300, {1, 1, 0, 1}), 300, DType::kF32,
       BatchMix{.fresh_every = 7}, MixerSums{true, 2, 1}));

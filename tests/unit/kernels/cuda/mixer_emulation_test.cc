@@ -8,6 +8,7 @@
 // its heads here; every ticket is back at zero afterwards), fresh sequences and padding on
 // the scratch row. Runs without a GPU.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -190,16 +191,19 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
   std::vector<int64_t> order(static_cast<size_t>(rows * c.heads * p.p_tiles));
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
-  if (c.vec == 4 && c.steps == 1) {
-    RunGrid<4, 1>(p, order, got_out);
-  } else if (c.vec == 4 && c.steps == 4) {
-    RunGrid<4, 4>(p, order, got_out);
-  } else if (c.vec == 1 && c.steps == 1) {
-    RunGrid<1, 1>(p, order, got_out);
-  } else {
-    ASSERT_TRUE(c.vec == 1 && c.steps == 4) << "no such lane shape";
-    RunGrid<1, 4>(p, order, got_out);
-  }
+  ASSERT_TRUE((c.vec == 1 || c.vec == 4) && (c.steps == 1 || c.steps == 4)) << "no such lane shape";
+  auto run_grid = [&](const MixerDecodeParams& q, std::vector<float>& out) {
+    if (c.vec == 4 && c.steps == 1) {
+      RunGrid<4, 1>(q, order, out);
+    } else if (c.vec == 4 && c.steps == 4) {
+      RunGrid<4, 4>(q, order, out);
+    } else if (c.vec == 1 && c.steps == 1) {
+      RunGrid<1, 1>(q, order, out);
+    } else {
+      RunGrid<1, 4>(q, order, out);
+    }
+  };
+  run_grid(p, got_out);
 
   if (sums) {  // the gated values over y, the sums in their columns, the others as they were
     EXPECT_LE(::coil::testing::Nmse(got_y, want_out), 1e-9);
@@ -212,6 +216,47 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
       EXPECT_EQ(got_sums[t * sums_stride + c.groups + 1], 9.0f) << "row " << t;
     }
     EXPECT_LE(::coil::testing::Nmse(sums_view, want_sums), 1e-9);
+
+    // And bit for bit what GatedSumSquaresKernel makes of each group's columns (a view from
+    // the group's first column, 256 threads, BlockSum) from the same grid's y, which the
+    // normalising form leaves in y: the sums form must sum as the unfused kernel does.
+    std::vector<float> raw_conv = conv0, raw_ssm = ssm0, raw_y(rows * E, std::nanf(""));
+    std::vector<float> raw_out(rows * E, std::nanf(""));
+    MixerDecodeParams q = p;
+    q.conv.state = raw_conv.data();
+    q.scan.state = raw_ssm.data();
+    q.scan.y = raw_y.data();
+    q.sumsq = nullptr;
+    run_grid(q, raw_out);
+    ASSERT_EQ(raw_conv, got_conv);
+    ASSERT_EQ(raw_ssm, got_ssm);
+    MixerHostExec ex;
+    for (int64_t t = 0; t < rows; ++t) {
+      const float* zr = packed.data() + t * row_width;
+      for (int32_t g = 0; g < c.groups; ++g) {
+        int32_t head_begin = -1, head_end = -1;  // counted out: (first + h) / hpg == g
+        for (int32_t h = 0; h < c.heads; ++h) {
+          if ((c.first_head + h) / c.heads_per_group != g) continue;
+          if (head_begin < 0) head_begin = h;
+          head_end = h + 1;
+        }
+        const int64_t begin = static_cast<int64_t>(head_begin) * c.headdim;
+        const int64_t width = static_cast<int64_t>(head_end - head_begin) * c.headdim;
+        std::vector<float> gated(static_cast<size_t>(width));
+        MixerHostExec::PerThread<float> part;
+        for (int tid = 0; tid < kMixerThreads; ++tid) {
+          part(tid) =
+              GatedPartialSumSquares([&](int64_t i) { return raw_y[t * E + begin + i]; },
+                                     zr + begin, gated.data(), 0, width, tid, kMixerThreads);
+        }
+        const float want = ex.BlockSum(part, nullptr);
+        EXPECT_EQ(std::bit_cast<uint32_t>(got_sums[t * sums_stride + 1 + g]),
+                  std::bit_cast<uint32_t>(want))
+            << "row " << t << " group " << g;
+        EXPECT_EQ(0, std::memcmp(got_y.data() + t * E + begin, gated.data(), width * 4))
+            << "row " << t << " group " << g << ": gated values";
+      }
+    }
     EXPECT_TRUE(std::all_of(got_out.begin(), got_out.end(), [](float v) { return std::isnan(v); }))
         << "out was written in the sums form";
   } else {
@@ -263,8 +308,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{6, 40, 18, 2, 3, 1, 1, {1, 0, 1}, 3, 4, 2},
         // Three groups, the middle one whole: 1 + 3 + 2 heads.
         Case{6, 16, 16, 3, 4, 4, 4, {1, 1, 1, 0}, 4, 3, 2},
-        // A TP2 rank's half of mamba2's one group (heads 12 to 23 of 24).
-        Case{12, 64, 128, 1, 4, 4, 1, {1, 0, 1, 1}, 5, 24, 12}),
+        // Each TP2 rank's half of mamba2's one group (heads 12 to 23 of 24, then 0 to 11).
+        Case{12, 64, 128, 1, 4, 4, 1, {1, 0, 1, 1}, 5, 24, 12},
+        Case{12, 64, 128, 1, 4, 4, 1, {1, 1, 0}, 4, 24, 0}),
     [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
 }  // namespace

@@ -338,6 +338,33 @@ TEST(Mamba2GpuTest, TwoShardsOnOneGpuGiveTheTp1TokensAndLogits) {
   }
 }
 
+// At TP2 with the single group split across the ranks, the decode mixer fused
+// (MixerDecodeSumSquares, launched with programmatic dependent launch after the zeroing of
+// the sums) and unfused (CausalConv1d, SsmScan, GatedSumSquares): the same logits and
+// tokens, bit for bit, on both ranks.
+TEST(Mamba2GpuTest, TwoShardsOnOneGpuFusedMixerEqualsItsOps) {
+  { COIL_GPU_OR_SKIP(probe); }
+  const auto dir = testing_reference::WriteShape("gpu_tp2_fused", "tiny", model::DType::kBF16,
+                                                 {{"ngroups", "1"}});
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const auto gpu = [](int) {  // with programmatic dependent launch where the GPU has it
+    auto backend = MakeGpuBackend(/*pdl=*/true);
+    return absl::IsUnavailable(backend.status()) ? MakeGpuBackend() : std::move(backend);
+  };
+  const std::vector<int32_t> prompt = TokensBelow(250, 19, 8);
+  model::LoadOptions unfused;
+  unfused.fused_mixer = false;
+  const auto fused_run = testing_reference::RunOnThreadRanks(*dir, 2, gpu, prompt, 8);
+  const auto ops_run = testing_reference::RunOnThreadRanks(*dir, 2, gpu, prompt, 8, unfused);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    ASSERT_FALSE(fused_run[rank].decode_logits.empty());
+    EXPECT_EQ(fused_run[rank].decode_logits, ops_run[rank].decode_logits);
+    EXPECT_EQ(fused_run[rank].greedy, ops_run[rank].greedy);
+    EXPECT_EQ(fused_run[rank].plain, ops_run[rank].plain);
+  }
+}
+
 TEST(Mamba2GpuTest, GraphDecodeOfOneSequenceEqualsEagerDecode) { ExpectGraphDecodeMatchesEager(1); }
 TEST(Mamba2GpuTest, GraphDecodeOfThreeSequencesEqualsEagerDecode) {
   ExpectGraphDecodeMatchesEager(3);

@@ -30,17 +30,22 @@ namespace coil::testing_reference {
 // sampler).
 struct RankOutputs {
   std::vector<float> prompt_logits;
+  std::vector<float> decode_logits;  // kDecodeSteps decode steps after the prompt, in turn
   std::vector<int32_t> greedy, plain, top_p;
 };
 
-// Runs `prompt` and `n` generated tokens of each kind on `tp` thread ranks, each loading
-// its shard of the model in `dir` on make_backend(rank); returns each rank's outputs. A
+// The decode steps whose logits RankOutputs keeps: fixed tokens fed one at a time.
+inline constexpr int32_t kDecodeSteps = 3;
+
+// Runs `prompt`, kDecodeSteps decode steps of fixed tokens after it, and `n` generated
+// tokens of each kind on `tp` thread ranks, each loading its shard of the model in `dir`
+// on make_backend(rank) with `load`; returns each rank's outputs. A
 // rank that cannot set up would leave the others waiting in a collective for ever, so
 // that ends the test program, with the reason.
 inline std::vector<RankOutputs> RunOnThreadRanks(
     const std::string& dir, int tp,
     const std::function<absl::StatusOr<std::unique_ptr<Backend>>(int rank)>& make_backend,
-    const std::vector<int32_t>& prompt, int n) {
+    const std::vector<int32_t>& prompt, int n, const model::LoadOptions& load = {}) {
   std::vector<RankOutputs> outputs(static_cast<size_t>(tp));
   auto group = comm::MakeThreadGroup(tp);
   EXPECT_TRUE(group.ok()) << group.status();
@@ -60,7 +65,7 @@ inline std::vector<RankOutputs> RunOnThreadRanks(
       fatal(backend.status());
       auto checkpoint = model::OpenCheckpoint(dir);
       fatal(checkpoint.status());
-      auto model = model::Mamba2Model::Load(**checkpoint, **backend, comm, {});
+      auto model = model::Mamba2Model::Load(**checkpoint, **backend, comm, load);
       fatal(model.status());
       auto runner = ModelRunner::Create(**model, **backend, comm, 2);
       fatal(runner.status());
@@ -68,6 +73,15 @@ inline std::vector<RankOutputs> RunOnThreadRanks(
           OneSequence(1, prompt, 0, static_cast<int32_t>(prompt.size()), {}, 0));
       EXPECT_TRUE(logits.ok()) << "rank " << rank << ": " << logits.status();
       if (logits.ok()) out.prompt_logits = std::move(logits).value();
+      std::vector<int32_t> fed = prompt;
+      for (int32_t i = 0; i < kDecodeSteps && logits.ok(); ++i) {
+        fed.push_back(7 + 3 * i);
+        logits = (*runner)->ExecuteAllLogits(
+            OneSequence(2 + i, fed, static_cast<int32_t>(fed.size()) - 1, 1, {}, 0));
+        EXPECT_TRUE(logits.ok()) << "rank " << rank << ": " << logits.status();
+        if (logits.ok())
+          out.decode_logits.insert(out.decode_logits.end(), logits->begin(), logits->end());
+      }
       out.greedy = Generate(**runner, prompt, {}, n);
       SamplingParams sampled;
       sampled.temperature = 0.9f;
@@ -95,6 +109,9 @@ inline void ExpectShardsMatchTp1(const std::vector<RankOutputs>& tp1,
     const RankOutputs& got = sharded[rank];
     ASSERT_EQ(got.prompt_logits.size(), want.prompt_logits.size());
     EXPECT_LT(WorstRowError(got.prompt_logits, want.prompt_logits, vocab), tolerance);
+    ASSERT_EQ(got.decode_logits.size(), want.decode_logits.size());
+    ASSERT_FALSE(want.decode_logits.empty());
+    EXPECT_LT(WorstRowError(got.decode_logits, want.decode_logits, vocab), tolerance);
     EXPECT_EQ(got.greedy, want.greedy);
     EXPECT_EQ(got.plain, want.plain);
     EXPECT_EQ(got.top_p, want.top_p);
