@@ -261,6 +261,29 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
         << "out was written in the sums form";
   } else {
     EXPECT_LE(::coil::testing::Nmse(got_out, want_out), 1e-9);
+    // And bit for bit what GatedRmsNormKernel makes of the y this grid left (256 threads,
+    // the group's columns from its first, BlockSum, then the scale per column).
+    MixerHostExec ex;
+    const int64_t width = E / c.groups;
+    for (int64_t t = 0; t < rows; ++t) {
+      const float* zr = packed.data() + t * row_width;
+      const float* yr = got_y.data() + t * E;
+      for (int32_t g = 0; g < c.groups; ++g) {
+        const int64_t begin = g * width;
+        MixerHostExec::PerThread<float> part;
+        for (int tid = 0; tid < kMixerThreads; ++tid) {
+          part(tid) = GatedPartialSumSquares([&](int64_t i) { return yr[i]; }, zr, nullptr, begin,
+                                             width, tid, kMixerThreads);
+        }
+        const float scale =
+            GatedNormScale(ex.BlockSum(part, nullptr), static_cast<float>(width), p.norm_eps);
+        for (int64_t i = begin; i < begin + width; ++i) {
+          const float want = yr[i] * GatedSilu(zr[i]) * scale * norm_w[i];
+          ASSERT_EQ(std::bit_cast<uint32_t>(got_out[t * E + i]), std::bit_cast<uint32_t>(want))
+              << "row " << t << " column " << i;
+        }
+      }
+    }
   }
   EXPECT_EQ(tickets, std::vector<int32_t>(tickets.size(), 0)) << "a ticket was left taken";
   // The states: the slots the batch uses like the reference, every other row (the scratch
