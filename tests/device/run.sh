@@ -51,6 +51,15 @@ limit_for() {
   echo "$1"
 }
 skipped_for_time() { rows+=("| $1 | - | - | - | - | skipped: the ${budget} s budget is spent |"); }
+# How a step with exit status $1 under a $2-second limit ended, in words.
+ended() {
+  case $1 in
+    0) echo "passed" ;;
+    124) echo "timed out after ${2}s" ;;
+    125) echo "skipped (budget)" ;;
+    *) echo "exit $1" ;;
+  esac
+}
 
 # The table so far, written to $logs/summary.md (and with OUT to $OUT/summary.md); called
 # after each section, so that a run cut short still leaves its figures.
@@ -274,7 +283,7 @@ bench_run() {
   if [[ $status -ne 0 && -n ${extra_run:-} ]]; then  # the main run reports itself
     overall=1
     tail -n 3 "$logs/$log" | sed 's/^/    /'
-    rows+=("| model_bench $* | 0 | 1 | 0 | - | exit $status (124: timed out) |")
+    rows+=("| model_bench $* | 0 | 1 | 0 | - | $(ended "$status" "$limit") |")
   fi
   return $status
 }
@@ -332,6 +341,7 @@ if [[ -n $op_exe ]]; then
   status=125  # 125: skipped, the budget spent
   status_16k=125
   limit=$(limit_for 120)
+  limit_main=$limit
   if [[ $limit -gt 0 ]]; then
     note "op_bench --device cuda (timeout ${limit}s)"
     timeout "$limit" "$op_exe" --device cuda --rows 1,256,2048 --repeats 50 > "$logs/op_bench.log" 2>&1
@@ -357,7 +367,7 @@ if [[ -n $op_exe ]]; then
   else
     overall=1
     tail -n 3 "$logs/op_bench.log" "$logs/op_bench_16k.log" 2>/dev/null | sed 's/^/    /'
-    rows+=("| op_bench --device cuda | - | $failed cases | 0 | $seconds | exit $status, $status_16k (124: timed out, 125: skipped) |")
+    rows+=("| op_bench --device cuda | - | $failed cases | 0 | $seconds | rows 1-2048: $(ended "$status" "$limit_main"); 16k: $(ended "$status_16k" "$limit") |")
   fi
   summary
 fi
