@@ -602,14 +602,23 @@ absl::Status Backend::DoMixerDecode(const Tensor& xbc_in, const Tensor& dt, cons
                                     float norm_eps, const RecurrentBatch& batch,
                                     const Tensor& conv_state, const Tensor& ssm_state,
                                     const Tensor& xbc, const Tensor& y, const Tensor& out) {
-  Tensor x, b, c;
   int64_t groups = 0;
-  COIL_RETURN_IF_ERROR(MixerColumns(xbc, ssm_state, &x, &b, &c, &groups));
+  COIL_RETURN_IF_ERROR(
+      DoMixerConvScan(xbc_in, dt, weights, options, batch, conv_state, ssm_state, xbc, y, &groups));
+  return DoGatedRmsNorm(y, z, weights.norm_weight, groups, norm_eps, out);
+}
+
+absl::Status Backend::DoMixerConvScan(const Tensor& xbc_in, const Tensor& dt,
+                                      const MixerWeights& weights, const SsmScanOptions& options,
+                                      const RecurrentBatch& batch, const Tensor& conv_state,
+                                      const Tensor& ssm_state, const Tensor& xbc, const Tensor& y,
+                                      int64_t* groups) {
+  Tensor x, b, c;
+  COIL_RETURN_IF_ERROR(MixerColumns(xbc, ssm_state, &x, &b, &c, groups));
   COIL_RETURN_IF_ERROR(
       DoCausalConv1d(xbc_in, weights.conv_weight, weights.conv_bias, batch, conv_state, xbc));
-  COIL_RETURN_IF_ERROR(DoSsmScan(x, dt, weights.a_log, b, c, weights.d, weights.dt_bias, options,
-                                 batch, ssm_state, y));
-  return DoGatedRmsNorm(y, z, weights.norm_weight, groups, norm_eps, out);
+  return DoSsmScan(x, dt, weights.a_log, b, c, weights.d, weights.dt_bias, options, batch,
+                   ssm_state, y);
 }
 
 absl::Status Backend::MixerDecodeSumSquares(const Tensor& xbc_in, const Tensor& dt, const Tensor& z,
@@ -640,13 +649,9 @@ absl::Status Backend::DoMixerDecodeSumSquares(const Tensor& xbc_in, const Tensor
                                               const RecurrentBatch& batch, const Tensor& conv_state,
                                               const Tensor& ssm_state, const Tensor& xbc,
                                               const Tensor& y, const Tensor& sumsq) {
-  Tensor x, b, c;
   int64_t groups = 0;
-  COIL_RETURN_IF_ERROR(MixerColumns(xbc, ssm_state, &x, &b, &c, &groups));
   COIL_RETURN_IF_ERROR(
-      DoCausalConv1d(xbc_in, weights.conv_weight, weights.conv_bias, batch, conv_state, xbc));
-  COIL_RETURN_IF_ERROR(DoSsmScan(x, dt, weights.a_log, b, c, weights.d, weights.dt_bias, options,
-                                 batch, ssm_state, y));
+      DoMixerConvScan(xbc_in, dt, weights, options, batch, conv_state, ssm_state, xbc, y, &groups));
   const int64_t heads = ssm_state.dim(1), p = ssm_state.dim(2);
   for (int64_t g = 0; g < groups; ++g) {
     const HeadRange h = GroupHeads(options, heads, groups, g);

@@ -290,6 +290,13 @@ class Backend {
                                       int64_t vocab_offset, const Tensor& ids,
                                       const Tensor& scores) = 0;
 
+  // The CausalConv1d and SsmScan both mixer ops' defaults start with (their own Do*() in
+  // turn), over xbc's x | b | c columns; sets the number of B/C groups.
+  absl::Status DoMixerConvScan(const Tensor& xbc_in, const Tensor& dt, const MixerWeights& weights,
+                               const SsmScanOptions& options, const RecurrentBatch& batch,
+                               const Tensor& conv_state, const Tensor& ssm_state, const Tensor& xbc,
+                               const Tensor& y, int64_t* groups);
+
   // Runs `run`, timed under name() while timing is on and no graph is being captured. A
   // clock that fails never fails the op: timing goes off, and TakeOpTimes reports why.
   template <typename Name, typename Run>
