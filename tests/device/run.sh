@@ -312,9 +312,12 @@ if [[ -n $bench_exe && -n $make_model ]]; then
                            grep -v '^matmul ')
   summary
   # cuBLASLt's algorithms pinned for single rows instead of 64 (--cuda-matmul-rows): what
-  # decode at batch 1 gains (more blocks over N) and what prefill loses, in one run.
+  # decode at batch 1 gains (more blocks over N) and what prefill loses, in one run; its
+  # op profile (in the log, after the figures, which it does not slow) gives each matmul
+  # shape's time at one row under either pinning: what a decode matmul of coil's own
+  # would have to beat.
   bench_run model_bench_rows1.log 90 --batches 1,256 --decode-steps 32 --prefill 2048 \
-    --prefill-seqs 8 --cuda-matmul-rows 1 &&
+    --prefill-seqs 8 --cuda-matmul-rows 1 --profile-ops &&
     mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| (decode|prefill)' "$logs/model_bench_rows1.log" |
                                            sed -E 's/^\| (decode|prefill) \|/| \1, matmul rows 1 |/')
   # The same decode steps with the mixer as three ops: what the fused MixerDecode saves.
