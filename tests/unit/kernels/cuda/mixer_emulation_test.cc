@@ -327,6 +327,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{4, 64, 128, 1, 4, 4, 1, {1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1}, 12},
         // The sums form: one head of the first group then four of the second, partial tiles.
         Case{5, 24, 20, 2, 4, 4, 1, {1, 1, 0, 1, 0, 1}, 6, 4, 3},
+        // Whole groups (two of two heads) in the sums form.
+        Case{4, 24, 20, 2, 4, 4, 1, {1, 0, 1, 1}, 5, 2, 0},
         // Two heads then four, a partial second tile, scalar loads.
         Case{6, 40, 18, 2, 3, 1, 1, {1, 0, 1}, 3, 4, 2},
         // Three groups, the middle one whole: 1 + 3 + 2 heads.
