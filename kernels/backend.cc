@@ -493,10 +493,6 @@ bool SpansOverlap(const Tensor& a, const Tensor& b) {
   return a0 < b1 && b0 < a1;
 }
 
-}  // namespace
-
-namespace {
-
 // What MixerDecode and MixerDecodeSumSquares check alike: the conv and the scan over xbc's
 // columns, decode runs only, and z's shape. Sets the number of B/C groups.
 absl::Status CheckMixerDecode(const Backend& backend, const char* op, const Tensor& xbc_in,

@@ -138,12 +138,12 @@ COIL_HOST_DEVICE void MixerDecodeBlock(Exec& ex, const MixerSmem& sm, const Mixe
   // 3. The group's ticket; only its last block goes on.
   ex.FenceSync();  // every y write of this block is visible before its ticket
   int32_t* ticket = p.tickets + static_cast<int64_t>(seq) * s.groups + group;
-  // The group's heads on this rank (GroupHeads in kernels/backend.h).
-  const int32_t head_begin =
-      group * s.heads_per_group - s.first_head > 0 ? group * s.heads_per_group - s.first_head : 0;
-  const int32_t head_end = (group + 1) * s.heads_per_group - s.first_head < s.heads
-                               ? (group + 1) * s.heads_per_group - s.first_head
-                               : s.heads;
+  // The group's heads on this rank, [head_begin, head_end) (GroupHeads in kernels/backend.h):
+  // its first head's local index (negative when the group starts on an earlier rank) clamped.
+  const int32_t group_first = group * s.heads_per_group - s.first_head;
+  const int32_t head_begin = group_first > 0 ? group_first : 0;
+  const int32_t head_end =
+      group_first + s.heads_per_group < s.heads ? group_first + s.heads_per_group : s.heads;
   const int32_t blocks_in_group = (head_end - head_begin) * p.p_tiles;
   ex.Threads([&](int tid) {
     if (tid == 0) {
