@@ -109,7 +109,7 @@ class LoadgenLiveTest : public testing::Test {
 
 TEST_F(LoadgenLiveTest, ClosedAndOpenLoopReportsAddUp) {
   std::unique_ptr<ServerProcess> server =
-      StartServer({"--state-rows", "8", "--max-model-len", "4096"});
+      StartServer({"--state-rows", "8", "--max-model-len", "1000000"});
   ASSERT_NE(server, nullptr);
 
   // Closed loop for 3 s, prompts cut from text, 16 output tokens each with ignore_eos.
@@ -159,10 +159,12 @@ TEST_F(LoadgenLiveTest, ClosedAndOpenLoopReportsAddUp) {
   EXPECT_EQ(file["tokens"]["prompt"].get<int64_t>(), 4 + 2 + 4 + 2);
 
   // Long requests still running when a 0.5 s run ends get no drain time (--drain 0): they
-  // are cancelled and counted as CANCELLED, and the counts still add up.
+  // are cancelled and counted as CANCELLED, and the counts still add up. 900k tokens each
+  // (hence the server's --max-model-len): the tiny model decodes 4000 in a fraction of a
+  // second on an idle machine, so shorter requests could all finish before the cut.
   const nlohmann::json cut = Loadgen(*server, "cut",
                                      {"--concurrency", "2", "--duration", "0.5", "--drain", "0",
-                                      "--prompt-tokens", "16", "--output-tokens", "4000"});
+                                      "--prompt-tokens", "16", "--output-tokens", "900000"});
   ExpectConsistent(cut);
   ASSERT_TRUE(cut["counts"]["errors_by_code"].contains("CANCELLED")) << cut["counts"].dump();
   EXPECT_GT(cut["counts"]["errors_by_code"]["CANCELLED"].get<int64_t>(), 0);
