@@ -9,7 +9,7 @@
 #                                                    under mpirun once per rank count
 
 # Warnings are errors for coil's own targets only; floating-point contraction is fixed
-# (DESIGN §6: the same request gives the same bits alone or in a batch).
+# (docs/ARCHITECTURE.md §6: the same request gives the same bits alone or in a batch).
 function(coil_target_options target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-unused-parameter -ffp-contract=off>

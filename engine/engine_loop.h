@@ -1,4 +1,4 @@
-// EngineLoop: rank 0's one thread that owns the scheduler and drives the steps (DESIGN §1).
+// EngineLoop: rank 0's one thread that owns the scheduler and runs steps (docs/ARCHITECTURE.md §1).
 // gRPC threads only Submit requests, Cancel them and read snapshots; the loop takes those
 // at each step boundary, plans a step, has the executor run it on every rank, applies the
 // result, detokenizes each new token incrementally, matches stop strings across token

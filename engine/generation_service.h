@@ -1,4 +1,4 @@
-// GenerationService: coil.v1.Generation on gRPC's callback API (STYLE §3). Generate
+// GenerationService: coil.v1.Generation on gRPC's callback API (docs/serving.md). Generate
 // validates and tokenizes on the calling gRPC thread, hands the request to the EngineLoop
 // and returns a GenerateReactor that streams the request's RequestStream; no reaction
 // blocks and no gRPC thread touches the scheduler or MPI. Included by coil-serve only,

@@ -1,6 +1,6 @@
 // coil-serve: serves a Mamba2 model over gRPC (coil.v1.Generation, grpc.health.v1.Health,
 // server reflection) with continuous batching, tensor-parallel across the ranks mpirun
-// starts (DESIGN §1).
+// starts (docs/ARCHITECTURE.md §1).
 //
 //   mpirun -np 2 --mca odls_base_sigkill_timeout 40 coil-serve --model DIR [--port 50051]
 //

@@ -24,8 +24,8 @@ struct SamplingParams {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   float repetition_penalty = 1.0f;  // 1: disabled
-  // The counter-based RNG key (DESIGN §5); the engine draws one when the client gave none,
-  // so that a recompute after preemption still samples the same tokens.
+  // The counter-based RNG key (docs/ARCHITECTURE.md §5); the engine draws one when the
+  // client gave none, so that a recompute after preemption still samples the same tokens.
   uint64_t seed = 0;
   bool logprobs = false;     // return the sampled token's logprob
   int32_t top_logprobs = 0;  // return this many most likely alternatives

@@ -116,7 +116,7 @@ int32_t Scheduler::ChunkLength(const Request& request, int32_t budget) const {
   const int32_t pending = request.num_tokens() - start;
   if (pending <= budget) return std::max(pending, 0);
   // Split at an absolute multiple of the chunk size, so the prompt's arithmetic does not
-  // depend on how it was split (DESIGN §4).
+  // depend on how it was split (docs/ARCHITECTURE.md §4).
   const int32_t end = (start + budget) / config_.ssd_chunk_size * config_.ssd_chunk_size;
   return std::max(end - start, 0);
 }

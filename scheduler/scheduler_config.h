@@ -20,7 +20,7 @@ struct SchedulerConfig {
   int32_t kv_pages = 0;               // KV pages; used only when num_attention_layers > 0
   int32_t block_size = 16;            // tokens per KV page
   int32_t num_attention_layers = 0;   // 0 for a pure Mamba2 model
-  int32_t ssd_chunk_size = 256;       // prompts are split only at multiples of it (DESIGN §4)
+  int32_t ssd_chunk_size = 256;       // prompts split at its multiples (docs/ARCHITECTURE.md §4)
   int32_t eos_token_id = -1;          // -1: the model has none
 
   bool uses_kv_pages() const { return num_attention_layers > 0; }

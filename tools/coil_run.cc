@@ -118,7 +118,7 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(absl::string_view text) {
   return ids;
 }
 
-// The prompt's pieces: chunk-size multiples except the last (DESIGN §4).
+// The prompt's pieces: chunk-size multiples except the last (docs/ARCHITECTURE.md §4).
 std::vector<std::pair<int32_t, int32_t>> PrefillPieces(int32_t length, int32_t chunk_size,
                                                        int32_t max_piece) {
   const int32_t piece = std::max(chunk_size, max_piece / chunk_size * chunk_size);

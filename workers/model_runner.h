@@ -1,4 +1,4 @@
-// ModelRunner: executes one StepPlan on this rank (DESIGN §1, §3): builds the step
+// ModelRunner: executes one StepPlan on this rank (docs/ARCHITECTURE.md §1, §3): builds the step
 // metadata once, runs the model's forward pass over its shard, exchanges every rank's step
 // status, and samples the next token of each sampled sequence. Every rank runs every plan
 // and returns the same StepResult; rank 0's goes back to the scheduler.

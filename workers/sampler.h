@@ -1,7 +1,7 @@
-// Draws the next token of every sampled sequence of a step from logits split by vocab rows
-// over the tensor-parallel ranks, without gathering a logits row (DESIGN §5). Every rank
-// calls Sample with the same rows and returns the same tokens; the token does not depend on
-// the number of ranks, only on the logits, the parameters, the seed and the RNG step.
+// Draws the next token of every sampled sequence of a step from logits split by vocab rows over the
+// tensor-parallel ranks, without gathering a logits row (docs/ARCHITECTURE.md §5). Every rank calls
+// Sample with the same rows and returns the same tokens; the token does not depend on the number of
+// ranks, only on the logits, the parameters, the seed and the RNG step.
 //
 // Order of processing (Hugging Face's warper order): penalties on the raw logits, then
 // greedy (temperature 0) is the argmax, lowest id on ties; otherwise divide by the

@@ -38,7 +38,7 @@ absl::StatusOr<StepMetadata> BuildStepMetadata(const StepPlan& plan, int64_t pad
                                                int64_t state_rows);
 
 // The step's arrays packed into one block of 32-bit words, so that one host -> device copy
-// per step moves everything the kernels read (DESIGN §4): token ids, cu_seqlens, slots,
+// per step moves all the kernels read (docs/ARCHITECTURE.md §4): token ids, cu_seqlens, slots,
 // start positions, sample rows, then the fresh flags as bytes (the block's tail padded to a
 // whole word). The offsets are in words from the block's start.
 struct PackedStepMetadata {

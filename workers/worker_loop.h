@@ -1,8 +1,8 @@
-// How a step plan reaches every rank (DESIGN §3). Rank 0 runs a StepDriver: it encodes each
-// plan, broadcasts it, and executes it itself; every other rank runs RunWorkerLoop, which
-// waits for plans without spinning a core (BroadcastChannel), executes them, and returns on
-// the shutdown plan. Every rank executes the bytes that were broadcast, decoded the same
-// way, so a plan that fails to decode fails on every rank alike and nobody waits forever.
+// How a step plan reaches every rank (docs/ARCHITECTURE.md §3). Rank 0 runs a StepDriver: it
+// encodes each plan, broadcasts it, and executes it itself; every other rank runs RunWorkerLoop,
+// which waits for plans without spinning a core (BroadcastChannel), executes them, and returns on
+// the shutdown plan. Every rank executes the bytes that were broadcast, decoded the same way, so a
+// plan that fails to decode fails on every rank alike and nobody waits forever.
 #ifndef COIL_WORKERS_WORKER_LOOP_H_
 #define COIL_WORKERS_WORKER_LOOP_H_
 

@@ -3,8 +3,8 @@
 // 16 lane partials over k (lane = k mod 16, or the k pair mod 32 for bf16), accumulated
 // k-block by k-block, then folded in FoldLanes16's order. Tiling over rows and columns
 // only decides which elements are computed together, never how, so row m of y is the same
-// for any M. With bf16 weights the x row is rounded to bf16 (DESIGN §6) and the products
-// taken by vdpbf16ps where the CPU has AVX-512 BF16.
+// for any M (docs/ARCHITECTURE.md §6). With bf16 weights the x row is rounded to bf16 and
+// the products taken by vdpbf16ps where the CPU has AVX-512 BF16.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>

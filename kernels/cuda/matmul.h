@@ -2,7 +2,7 @@
 // activations rounded to bf16 (as the CPU's bf16 kernel does); f16 weights take them split
 // into an f16 high part and an f16 remainder (two products, so x keeps about 22 bits, as
 // close to the CPU's f32 x as f16 inputs allow); f32 weights run in f32 (no TF32).
-// Row invariance (DESIGN §6): the algorithm is chosen once per (N, K, dtype, leading
+// Row invariance (docs/ARCHITECTURE.md §6): the algorithm is chosen once per (N, K, dtype, leading
 // dimensions, alignments), never per M, with split-K off, so element (m, n) is one dot
 // product in one order whatever M is. The cuBLASLt workspace is allocated once, at
 // creation; the 16-bit copy of x grows only outside CUDA graph capture (Reserve), and a

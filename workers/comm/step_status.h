@@ -1,7 +1,7 @@
-// The end-of-step status exchange (DESIGN §3): every rank contributes the status of its
-// step, and every rank learns which ranks failed and why, so rank 0 can fail the step's
-// requests naming the rank. A step where all ranks succeed costs one all-reduce of one
-// float; the causes travel (an all-gather of short fixed-size records) only on failure.
+// The end-of-step status exchange (docs/ARCHITECTURE.md §3): every rank contributes the status of
+// its step, and every rank learns which ranks failed and why, so rank 0 can fail the step's
+// requests naming the rank. A step where all ranks succeed costs one all-reduce of one float; the
+// causes travel (an all-gather of short fixed-size records) only on failure.
 #ifndef COIL_WORKERS_COMM_STEP_STATUS_H_
 #define COIL_WORKERS_COMM_STEP_STATUS_H_
 

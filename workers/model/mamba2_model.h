@@ -11,13 +11,13 @@
 // squares all-reduced when a group spans ranks. Activations are step scratch, grown to the
 // largest step seen and reused.
 //
-// Each step's metadata (token ids, the RecurrentBatch, the sample rows) is packed and
-// uploaded in one copy; the RecurrentBatch's device mirrors point into that block, so no op
-// uploads anything. On a backend with graphs (CUDA), a decode-only step of n sequences is
-// padded to its power-of-two bucket with scratch-row entries and replays the bucket's
-// graph, captured on first use on a batch of scratch-row entries only (DESIGN §4). Every
-// address a graph reads (weights, step scratch, metadata block, state pool) is fixed while
-// it is current; growing the scratch or changing the pool drops the graphs.
+// Each step's metadata (token ids, the RecurrentBatch, the sample rows) is packed and uploaded in
+// one copy; the RecurrentBatch's device mirrors point into that block, so no op uploads anything.
+// On a backend with graphs (CUDA), a decode-only step of n sequences is padded to its power-of-two
+// bucket with scratch-row entries and replays the bucket's graph, captured on first use on a batch
+// of scratch-row entries only (docs/ARCHITECTURE.md §4). Every address a graph reads (weights, step
+// scratch, metadata block, state pool) is fixed while it is current; growing the scratch or
+// changing the pool drops the graphs.
 #ifndef COIL_WORKERS_MODEL_MAMBA2_MODEL_H_
 #define COIL_WORKERS_MODEL_MAMBA2_MODEL_H_
 

@@ -1,4 +1,5 @@
-// ShardLayout: which part of a Mamba2 model one tensor-parallel rank holds (DESIGN §5).
+// ShardLayout: which part of a Mamba2 model one tensor-parallel rank holds
+// (docs/ARCHITECTURE.md §5).
 // tp must divide nheads: each rank holds
 // nheads / tp consecutive heads, with the B/C groups those heads read (a group may be shared
 // by neighbouring ranks when ngroups % tp != 0), and a contiguous near-equal range of the

@@ -1,4 +1,4 @@
-// Batch invariance of the stateless ops (DESIGN §6): a row's result is the same bits
+// Batch invariance of the stateless ops (docs/ARCHITECTURE.md §6): a row's result is the same bits
 // whether it is computed alone or inside a batch of 2..300 rows. The invariant is checked
 // directly, each batched row against its solo run, on every backend of the build: the CPU
 // (batched on two threads, solo on one) and, where a GPU is visible, CUDA (whose matmul

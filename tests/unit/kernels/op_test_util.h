@@ -1,5 +1,5 @@
 // Helpers shared by the kernel tests and benchmarks: device arrays with guard regions,
-// seeded random inputs and the error measures of DESIGN §8.
+// seeded random inputs and the error measures of docs/ARCHITECTURE.md §8.
 #ifndef COIL_TESTS_UNIT_KERNELS_OP_TEST_UTIL_H_
 #define COIL_TESTS_UNIT_KERNELS_OP_TEST_UTIL_H_
 
@@ -98,7 +98,7 @@ inline double Nmse(const std::vector<float>& a, const std::vector<float>& b) {
   return ref == 0.0 ? err : err / ref;
 }
 
-// max |a - b| / max |b| (DESIGN §8's relative error of a row).
+// max |a - b| / max |b| (docs/ARCHITECTURE.md §8's relative error of a row).
 inline double MaxRelError(const std::vector<float>& a, const std::vector<float>& b) {
   double err = 0.0, ref = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {

@@ -17,7 +17,7 @@ TEST(MpiSessionTest, ASecondSessionAdoptsMpiAndLeavesItRunning) {
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
     EXPECT_EQ((*session)->thread_level(), provided);
-    // Open MPI 4.1.4 as Debian builds it provides MPI_THREAD_MULTIPLE (TOOLCHAIN.md).
+    // Open MPI 4.1.4 as Debian builds it provides MPI_THREAD_MULTIPLE (docs/communication.md).
     EXPECT_TRUE((*session)->thread_multiple());
   }
   int finalized = 1;

@@ -1,5 +1,5 @@
-// A rank that dies mid-job takes the whole job down (DESIGN §3): mpirun exits non-zero
-// within seconds, with the dying rank's message, instead of leaving the others waiting.
+// A rank that dies mid-job takes the whole job down (docs/ARCHITECTURE.md §3): mpirun exits
+// non-zero within seconds, with the dying rank's message, instead of leaving the others waiting.
 #include <sys/wait.h>
 
 #include <array>

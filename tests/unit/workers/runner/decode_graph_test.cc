@@ -24,8 +24,9 @@ using testing_reference::PlanOf;
 using testing_reference::RunOf;
 using testing_reference::TokensBelow;
 
-// DESIGN's worked example: decodes of A (slot 2) and B (slot 0), a fresh 3-token chunk of C
-// (slot 1) sampled at its end, and a 2-token chunk of D (slot 3) resumed at 40, not sampled.
+// The worked example of docs/ARCHITECTURE.md §4: decodes of A (slot 2) and B (slot 0), a fresh
+// 3-token chunk of C (slot 1) sampled at its end, and a 2-token chunk of D (slot 3) resumed at
+// 40, not sampled.
 StepMetadata WorkedExample() {
   std::vector<int32_t> a = {0, 0, 0, 0, 0, 0, 11}, b = {0, 0, 12}, c = {13, 14, 15};
   std::vector<int32_t> d(42, 16);
