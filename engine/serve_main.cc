@@ -33,7 +33,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
-#include "common/cpus.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "engine/engine_loop.h"
@@ -43,26 +42,23 @@
 #include "engine/request_validation.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/tokenizer_files.h"
-#include "kernels/backend_factory.h"
-#include "kernels/state_pool.h"
+#include "kernels/backend.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_config.h"
 #if COIL_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/runtime_info.h"
-#include "workers/comm/nccl_communicator.h"
 #endif
-#include "workers/comm/broadcast_channel.h"
-#include "workers/comm/communicator.h"
-#include "workers/comm/mpi_session.h"
-#include "workers/comm/step_status.h"
-#include "workers/model/checkpoint.h"
+#include "workers/backend_flags.h"
 #include "workers/model/mamba2_model.h"
 #include "workers/model/model_config.h"
 #include "workers/model/shard_layout.h"
-#include "workers/model_runner.h"
-#include "workers/worker_loop.h"
+#include "workers/model_flags.h"
+#include "workers/rank_runtime.h"
 
+// --device, --threads, --cuda-pdl and --cuda-matmul-rows (workers/backend_flags.h) and
+// --weights, --cuda-graphs and --fused-mixer (workers/model_flags.h) are shared with the other
+// programs that run the model.
 ABSL_FLAG(std::string, model, "", "model directory (config.json and weights)");
 ABSL_FLAG(std::string, host, "0.0.0.0", "address to listen on");
 ABSL_FLAG(int32_t, port, 50051, "port to listen on (0: pick a free one; see --port-file)");
@@ -80,28 +76,10 @@ ABSL_FLAG(int32_t, max_num_seqs, 256, "most requests running at once");
 ABSL_FLAG(int32_t, max_batched_tokens, 2048, "most tokens in one step (decodes and prefill)");
 ABSL_FLAG(int32_t, max_model_len, 4096, "most tokens of one request, prompt plus output");
 ABSL_FLAG(int32_t, max_queue, 1024, "most waiting requests; more are refused RESOURCE_EXHAUSTED");
-ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0: the cores divided among the ranks)");
 ABSL_FLAG(int32_t, drain_timeout, 30,
           "seconds in-flight requests may run after SIGTERM/SIGINT before they are cancelled");
-ABSL_FLAG(std::string, weights, "auto", "matrix weight type: auto, f32 or bf16");
 ABSL_FLAG(int32_t, metrics_port, 9400,
           "port of the Prometheus /metrics endpoint on --host (0: any free port; -1: off)");
-ABSL_FLAG(std::string, device, "cpu",
-          "cpu or cuda (cuda needs a build with COIL_CUDA; rank r uses the node's GPU r, its "
-          "local rank, and the ranks' collectives go through NCCL)");
-ABSL_FLAG(bool, cuda_graphs, true,
-          "with --device cuda: replay decode-only steps as CUDA graphs (false: op by op, for "
-          "debugging)");
-ABSL_FLAG(bool, cuda_pdl, false,
-          "with --device cuda on sm_90+: launch the decode path's own kernels with programmatic "
-          "dependent launch (each scheduled while the previous one finishes)");
-ABSL_FLAG(int64_t, cuda_matmul_rows, 64,
-          "with --device cuda: the batch size cuBLASLt tunes each matmul shape's one algorithm "
-          "for (1..65536; every batch size runs it, so outputs do not depend on the batch): "
-          "small values favour decode latency, large ones long prefills");
-ABSL_FLAG(bool, fused_mixer, true,
-          "run a decode step's conv, scan and gated norm as one fused op (false: three ops, "
-          "the same tokens; for measuring)");
 
 namespace coil {
 namespace {
@@ -149,7 +127,8 @@ struct ServePlan {
   model::ModelConfig model;
   SchedulerConfig scheduler;
   int64_t state_bytes_per_sequence = 0;  // the largest over the ranks
-  BackendKind backend = BackendKind::kCpu;
+  BackendFlags device;
+  model::LoadOptions load;
 };
 
 absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int tp_size) {
@@ -157,37 +136,16 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
     return absl::InvalidArgumentError("--model is required: the directory holding config.json and the weights");
   }
   ServePlan plan;
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device == "cpu") {
-    plan.backend = BackendKind::kCpu;
-  } else if (device == "cuda") {
-#if !COIL_WITH_CUDA
-    return absl::FailedPreconditionError(
-        "--device cuda: this coil-serve was built without CUDA (no nvcc found, or "
-        "-DCOIL_CUDA=OFF); rebuild with the CUDA toolkit or use --device cpu");
-#endif
-    plan.backend = BackendKind::kCuda;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--device is '", device, "'; use cpu or cuda"));
-  }
+  COIL_ASSIGN_OR_RETURN(plan.device, BackendFlagsFromCommandLine());
+  COIL_ASSIGN_OR_RETURN(plan.load, LoadOptionsFromCommandLine());
   COIL_ASSIGN_OR_RETURN(plan.model, model::LoadModelConfig(model_dir));
   if (plan.model.nheads() % tp_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the TP size (mpirun -np ", tp_size, ") does not divide the model's ", plan.model.nheads(),
         " heads; start a number of ranks that divides ", plan.model.nheads()));
   }
-  // Every rank sizes the pool for the same number of rows, so take the largest shard.
-  for (int rank = 0; rank < tp_size; ++rank) {
-    COIL_ASSIGN_OR_RETURN(model::ShardLayout layout, model::MakeShardLayout(plan.model, tp_size, rank));
-    StatePoolShape shape;
-    shape.layers = plan.model.n_layer;
-    shape.d_conv = plan.model.d_conv;
-    shape.conv_channels = layout.conv_channels();
-    shape.heads = layout.heads();
-    shape.headdim = plan.model.headdim;
-    shape.d_state = plan.model.d_state;
-    plan.state_bytes_per_sequence = std::max(plan.state_bytes_per_sequence, shape.bytes_per_sequence());
-  }
+  COIL_ASSIGN_OR_RETURN(plan.state_bytes_per_sequence,
+                        model::MaxStateBytesPerSequence(plan.model, tp_size));
 
   SchedulerConfig& config = plan.scheduler;
   config.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
@@ -203,7 +161,7 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
   COIL_ASSIGN_OR_RETURN(const int64_t budget, ParseBytes(absl::GetFlag(FLAGS_memory_budget)));
   // With --device cuda the state lives in GPU memory: it is checked against the rank's GPU
   // once the device is open (CheckDeviceMemory), not against host memory here.
-  const bool host_state = plan.backend == BackendKind::kCpu;
+  const bool host_state = plan.device.device == BackendKind::kCpu;
   if (host_state && budget > physical) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--memory-budget is ", MiB(budget), "; this machine has ", MiB(physical),
@@ -266,24 +224,22 @@ absl::Status CheckDeviceMemory(const ServePlan& plan, int device) {
 }
 #endif
 
-// Every rank learns whether every rank succeeded; false when this rank must exit.
-bool AllRanksOk(comm::Communicator& comm, const absl::Status& local, const char* what) {
-  auto failures = comm::AllReduceStepStatus(comm, local);
-  const absl::Status combined = failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
-  if (combined.ok()) return true;
-  if (comm.rank() == 0) std::fprintf(stderr, "coil-serve: %s: %s\n", what, combined.ToString().c_str());
+// Rank 0 reports an agreed start-up failure; true when every rank succeeded.
+bool Ready(const absl::Status& agreed, const char* what, int rank) {
+  if (agreed.ok()) return true;
+  if (rank == 0) std::fprintf(stderr, "coil-serve: %s: %s\n", what, agreed.ToString().c_str());
   return false;
 }
 
-// The engine loop's executor: rank 0's StepDriver.
-class DriverExecutor final : public StepExecutor {
+// The engine loop's executor: rank 0's side of the runtime (broadcast, then execute).
+class RuntimeExecutor final : public StepExecutor {
  public:
-  explicit DriverExecutor(StepDriver& driver) : driver_(driver) {}
-  StepResult Run(const StepPlan& plan) override { return driver_.Run(plan); }
-  absl::Status Shutdown() override { return driver_.Shutdown(); }
+  explicit RuntimeExecutor(RankRuntime& runtime) : runtime_(runtime) {}
+  StepResult Run(const StepPlan& plan) override { return runtime_.Run(plan); }
+  absl::Status Shutdown() override { return runtime_.Shutdown(); }
 
  private:
-  StepDriver& driver_;
+  RankRuntime& runtime_;
 };
 
 coil::v1::ModelInfo StaticInfo(const std::string& model_dir, const model::Mamba2Model& model,
@@ -301,7 +257,7 @@ coil::v1::ModelInfo StaticInfo(const std::string& model_dir, const model::Mamba2
   info.set_nheads(static_cast<int32_t>(m.nheads()));
   info.set_ngroups(static_cast<int32_t>(m.ngroups));
   info.set_dtype(DTypeName(model.weight_dtype()));
-  info.set_device(absl::GetFlag(FLAGS_device));
+  info.set_device(absl::GetFlag(FLAGS_device));  // the shared flag, checked at start-up
   info.set_tp_size(tp_size);
   info.set_max_model_len(config.max_model_len);
   info.set_block_size(config.block_size);
@@ -310,17 +266,16 @@ coil::v1::ModelInfo StaticInfo(const std::string& model_dir, const model::Mamba2
 }
 
 // Rank 0 after loading: serve until SIGTERM/SIGINT, then drain and end the workers.
-int Serve(const ServePlan& plan, model::Mamba2Model& model, ModelRunner& runner,
-          comm::Communicator& comm, comm::BroadcastChannel* channel,
-          const tokenizer::Tokenizer& tok, const sigset_t& stop_signals) {
-  StepDriver driver(runner, comm, channel);
-  DriverExecutor executor(driver);
+int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenizer& tok,
+          const sigset_t& stop_signals) {
+  const model::Mamba2Model& model = runtime.model();
+  RuntimeExecutor executor(runtime);
   SchedulerConfig config = plan.scheduler;
   config.eos_token_id = tok.AddedTokenId("<|endoftext|>").value_or(-1);
   auto scheduler = Scheduler::Create(config);
   if (!scheduler.ok()) {
     std::fprintf(stderr, "coil-serve: %s\n", scheduler.status().ToString().c_str());
-    driver.Shutdown().IgnoreError();
+    runtime.Shutdown().IgnoreError();
     return 1;
   }
   // Metrics first: a port that cannot be bound ends start-up before anything serves.
@@ -338,7 +293,7 @@ int Serve(const ServePlan& plan, model::Mamba2Model& model, ModelRunner& runner,
   if (!served_metrics.ok()) {
     std::fprintf(stderr, "coil-serve: metrics: %s; choose another --metrics-port (-1: off)\n",
                  served_metrics.status().ToString().c_str());
-    driver.Shutdown().IgnoreError();
+    runtime.Shutdown().IgnoreError();
     return 1;
   }
   if (exporter != nullptr) {
@@ -352,7 +307,7 @@ int Serve(const ServePlan& plan, model::Mamba2Model& model, ModelRunner& runner,
   limits.max_model_len = config.max_model_len;
   limits.vocab_size = static_cast<int32_t>(std::min<int64_t>(model.config().vocab_size, tok.vocab_size()));
   const std::string model_dir = absl::GetFlag(FLAGS_model);
-  GenerationService service(engine, tok, limits, StaticInfo(model_dir, model, config, comm.size()),
+  GenerationService service(engine, tok, limits, StaticInfo(model_dir, model, config, runtime.size()),
                             served_metrics->get());
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -373,7 +328,7 @@ int Serve(const ServePlan& plan, model::Mamba2Model& model, ModelRunner& runner,
   // Ready: the engine runs and the port is open.
   server->GetHealthCheckService()->SetServingStatus(true);
   COIL_LOG(INFO) << "serving " << model_dir << " on " << absl::GetFlag(FLAGS_host) << ":" << port
-                 << " (TP " << comm.size() << ", " << config.state_rows << " state rows)";
+                 << " (TP " << runtime.size() << ", " << config.state_rows << " state rows)";
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string path = absl::GetFlag(FLAGS_port_file);
     {
@@ -417,41 +372,23 @@ int Main(int argc, char** argv) {
       "[--port 50051] [--state-rows R | --memory-budget 2GiB] [--max-model-len L]");
   ParseDashedCommandLine(argc, argv);
 
-  comm::CommunicatorOptions options;
-  std::unique_ptr<comm::MpiSession> mpi;
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {  // launched by mpirun
-    auto session = comm::MpiSession::Init(&argc, &argv);
-    if (!session.ok()) {
-      std::fprintf(stderr, "coil-serve: %s\n", session.status().ToString().c_str());
-      return 1;
-    }
-    mpi = std::move(session).value();
-    options.kind = comm::CommunicatorKind::kMpi;
-  }
-  auto created = comm::CreateCommunicator(options);
-  if (!created.ok()) {
-    std::fprintf(stderr, "coil-serve: %s\n", created.status().ToString().c_str());
+  absl::StatusOr<std::unique_ptr<RankRuntime>> connected = RankRuntime::Connect(&argc, &argv);
+  if (!connected.ok()) {
+    std::fprintf(stderr, "coil-serve: %s\n", connected.status().ToString().c_str());
     return 1;
   }
-  std::unique_ptr<comm::Communicator> comm = std::move(created).value();
-  const int rank = comm->rank();
-  if (comm->size() > 1) SetLogPrefix(absl::StrCat("rank ", rank));
+  RankRuntime& runtime = **connected;
+  const int rank = runtime.rank();
   if (rank != 0) {
     // mpirun hands every rank the signal; only rank 0 decides when the workers stop.
     std::signal(SIGTERM, SIG_IGN);
     std::signal(SIGINT, SIG_IGN);
   }
-  std::unique_ptr<comm::BroadcastChannel> channel;
-  if (comm->size() > 1) {
-    auto made = comm::BroadcastChannel::Create(0, comm::BackoffOptions{});
-    if (!AllRanksOk(*comm, made.status(), "broadcast channel")) return 1;
-    channel = std::move(made).value();
-  }
 
   // 1. Configuration, before anything is allocated or loaded.
   const std::string model_dir = absl::GetFlag(FLAGS_model);
-  absl::StatusOr<ServePlan> plan = CheckConfiguration(model_dir, comm->size());
-  if (!AllRanksOk(*comm, plan.status(), "configuration")) return 1;
+  absl::StatusOr<ServePlan> plan = CheckConfiguration(model_dir, runtime.size());
+  if (!Ready(runtime.Agree(plan.status()), "configuration", rank)) return 1;
   if (rank == 0) {
     COIL_LOG(INFO) << "budgets: " << plan->scheduler.state_rows << " state rows x "
                    << plan->state_bytes_per_sequence << " bytes per request per rank = "
@@ -466,86 +403,57 @@ int Main(int argc, char** argv) {
                    << plan->scheduler.max_model_len << ", max_queue " << plan->scheduler.max_queue;
   }
 
-  // 2. The device: the backend and, for CUDA with several ranks, the model's NCCL
-  // communicator. The runner, sampler and step status keep the MPI communicator.
-  std::unique_ptr<Backend> backend;
-  const absl::Status device_ready = [&]() -> absl::Status {
-    BackendOptions backend_options;
-    backend_options.threads = ChooseThreads(absl::GetFlag(FLAGS_threads), comm->size());
-    backend_options.cuda_pdl = absl::GetFlag(FLAGS_cuda_pdl);
-    backend_options.cuda_matmul_rows = absl::GetFlag(FLAGS_cuda_matmul_rows);
-    if (plan->backend == BackendKind::kCuda) {
-      // One GPU per rank: the rank's index among the ranks of its node.
-      COIL_ASSIGN_OR_RETURN(backend_options.device_index, comm::LocalRankFromEnvironment());
-    }
-    COIL_ASSIGN_OR_RETURN(backend, CreateBackend(plan->backend, backend_options));
+  // 2. The device; with --device cuda the state pool is checked against the GPU's memory.
+  const auto check_device = [&](Backend& backend) -> absl::Status {
 #if COIL_WITH_CUDA
-    if (auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(backend.get())) {
-      COIL_RETURN_IF_ERROR(CheckDeviceMemory(*plan, cuda_backend->device_index()));
+    if (auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend)) {
+      return CheckDeviceMemory(*plan, cuda_backend->device_index());
     }
 #endif
     return absl::OkStatus();
-  }();
-  if (!AllRanksOk(*comm, device_ready, "device")) return 1;
-  std::unique_ptr<comm::Communicator> model_comm_owner;
-  comm::Communicator* model_comm = comm.get();
-#if COIL_WITH_CUDA
-  if (plan->backend == BackendKind::kCuda && comm->size() > 1) {
-    // Collective over the MPI ranks (every rank reaches it: the device step agreed). The
-    // collectives run on the backend's stream, ordered with the ops and capturable.
-    auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(backend.get());
-    absl::StatusOr<std::unique_ptr<comm::NcclCommunicator>> nccl =
-        absl::InternalError("--device cuda made a backend that is not the CUDA one");
-    if (cuda_backend != nullptr) {
-      nccl = comm::NcclCommunicator::Create(*comm, cuda_backend->device_index(),
-                                            cuda_backend->stream());
-    }
-    if (!AllRanksOk(*comm, nccl.status(), "NCCL communicator")) return 1;
-    model_comm_owner = std::move(nccl).value();
-    model_comm = model_comm_owner.get();
+  };
+  if (!Ready(runtime.OpenDevice(plan->device.device, plan->device.options, check_device), "device",
+             rank)) {
+    return 1;
   }
-#endif
 
-  // 3. Weights, state pool, tokenizer.
-  std::unique_ptr<model::Checkpoint> checkpoint;
-  std::unique_ptr<model::Mamba2Model> model;
-  std::unique_ptr<ModelRunner> runner;
+  // 3. Weights and the state pool, then the tokenizer on rank 0.
+  model::LoadOptions load = plan->load;
+  if (rank == 0 && isatty(STDERR_FILENO)) {
+    load.progress = [](int64_t done, int64_t total) {
+      std::fprintf(stderr, "\rloading weights: layer %lld of %lld%s", static_cast<long long>(done),
+                   static_cast<long long>(total), done == total ? "\n" : "");
+    };
+  }
+  if (!Ready(runtime.LoadModel(model_dir, load, plan->scheduler.state_rows), "loading", rank)) {
+    return 1;
+  }
   std::unique_ptr<tokenizer::Tokenizer> tok;
-  const absl::Status loaded = [&]() -> absl::Status {
-    COIL_ASSIGN_OR_RETURN(checkpoint, model::OpenCheckpoint(model_dir));
-    model::LoadOptions load;
-    COIL_ASSIGN_OR_RETURN(load.weight_type, model::ParseWeightType(absl::GetFlag(FLAGS_weights)));
-    load.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
-    load.fused_mixer = absl::GetFlag(FLAGS_fused_mixer);
-    if (rank == 0 && isatty(STDERR_FILENO)) {
-      load.progress = [](int64_t done, int64_t total) {
-        std::fprintf(stderr, "\rloading weights: layer %lld of %lld%s", static_cast<long long>(done),
-                     static_cast<long long>(total), done == total ? "\n" : "");
-      };
-    }
-    COIL_ASSIGN_OR_RETURN(model, model::Mamba2Model::Load(*checkpoint, *backend, *model_comm, load));
-    COIL_ASSIGN_OR_RETURN(runner, ModelRunner::Create(*model, *backend, *comm, plan->scheduler.state_rows));
-    if (rank == 0) {
-      COIL_ASSIGN_OR_RETURN(tok, tokenizer::LoadTokenizerForModel(model_dir, absl::GetFlag(FLAGS_tokenizer)));
-    }
-    return absl::OkStatus();
-  }();
-  if (!AllRanksOk(*comm, loaded, "loading")) return 1;
+  absl::Status tokenizer_loaded = absl::OkStatus();
   if (rank == 0) {
-    COIL_LOG(INFO) << "loaded " << model_dir << ": " << model->config().n_layer << " layers, d_model "
-                   << model->config().d_model << ", " << DTypeName(model->weight_dtype()) << " weights, "
-                   << MiB(static_cast<int64_t>(model->weight_bytes())) << " on rank 0, TP " << comm->size();
+    absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> loaded =
+        tokenizer::LoadTokenizerForModel(model_dir, absl::GetFlag(FLAGS_tokenizer));
+    tokenizer_loaded = loaded.status();
+    if (loaded.ok()) tok = std::move(loaded).value();
+  }
+  if (!Ready(runtime.Agree(tokenizer_loaded), "loading the tokenizer", rank)) return 1;
+  if (rank == 0) {
+    const model::Mamba2Model& model = runtime.model();
+    COIL_LOG(INFO) << "loaded " << model_dir << ": " << model.config().n_layer << " layers, d_model "
+                   << model.config().d_model << ", " << DTypeName(model.weight_dtype()) << " weights, "
+                   << MiB(static_cast<int64_t>(model.weight_bytes())) << " on rank 0, TP "
+                   << runtime.size();
   }
 
   if (rank != 0) {
-    const absl::Status done = RunWorkerLoop(*runner, *comm, *channel);
+    const absl::Status done = runtime.ServePlans();
     if (!done.ok()) {
       std::fprintf(stderr, "coil-serve rank %d: %s\n", rank, done.ToString().c_str());
       return 1;
     }
     return 0;
   }
-  return Serve(*plan, *model, *runner, *comm, channel.get(), *tok, stop_signals);
+  return Serve(*plan, runtime, *tok, stop_signals);
 }
 
 }  // namespace

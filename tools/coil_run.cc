@@ -33,40 +33,26 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/command_line.h"
-#include "common/cpus.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "kernels/backend_factory.h"
 #include "kernels/op_timing.h"
-#include "workers/comm/communicator.h"
-#include "workers/comm/local_rank.h"
-#include "workers/comm/single_rank_communicator.h"
-#include "workers/comm/step_status.h"
-#include "workers/model/checkpoint.h"
+#include "workers/backend_flags.h"
 #include "workers/model/mamba2_model.h"
-#include "workers/model_runner.h"
+#include "workers/model_flags.h"
 #include "workers/npy.h"
+#include "workers/rank_runtime.h"
 #if COIL_WITH_TOKENIZER
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/tokenizer_files.h"
 #endif
-#if COIL_WITH_MPI
-#include "workers/comm/broadcast_channel.h"
-#include "workers/comm/mpi_session.h"
-#include "workers/worker_loop.h"
-#endif
-#if COIL_WITH_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#include "workers/comm/nccl_communicator.h"
-#endif
 
+// --device, --threads, --cuda-pdl, --cuda-matmul-rows, --weights, --cuda-graphs and
+// --fused-mixer are shared with the other programs that run the model
+// (workers/backend_flags.h, workers/model_flags.h).
 ABSL_FLAG(std::string, model, "", "model directory (config.json and weights)");
 ABSL_FLAG(std::string, prompt, "", "prompt text");
 ABSL_FLAG(std::string, ids, "", "prompt as comma-separated token ids, instead of --prompt");
 ABSL_FLAG(int32_t, max_tokens, 16, "tokens to generate");
-ABSL_FLAG(int32_t, threads, 0, "CPU threads per rank (0: the cores divided among the ranks)");
-ABSL_FLAG(std::string, device, "cpu", "cpu or cuda (rank r uses local GPU r)");
-ABSL_FLAG(std::string, weights, "auto", "matrix weight type: auto, f32 or bf16");
 ABSL_FLAG(bool, reference, false, "use the CPU reference kernels (token-by-token scan)");
 ABSL_FLAG(float, temperature, 0.0f, "sampling temperature (0: greedy)");
 ABSL_FLAG(int32_t, top_k, 0, "keep the k most likely tokens (0: all)");
@@ -81,21 +67,10 @@ ABSL_FLAG(std::string, dump_logits, "",
 ABSL_FLAG(std::string, score, "",
           "report the mean negative log-likelihood and perplexity of this text (or token-id) file");
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json (default: the model's, else GPT-NeoX-20B)");
-ABSL_FLAG(bool, cuda_graphs, true,
-          "with --device cuda: replay decode steps as CUDA graphs (false: op by op, for debugging)");
-ABSL_FLAG(bool, cuda_pdl, false,
-          "with --device cuda on sm_90+: programmatic dependent launch for the decode kernels");
-ABSL_FLAG(int64_t, cuda_matmul_rows, 64,
-          "with --device cuda: the batch size cuBLASLt tunes each matmul shape's one algorithm "
-          "for (1..65536; every batch size runs it, so outputs do not depend on the batch): "
-          "small values favour decode latency, large ones long prefills");
 ABSL_FLAG(bool, profile_ops, false,
           "time every op of rank 0 (on CUDA by events on its stream) and print where the "
           "prefill's and the decode's time went; with --cuda-graphs the decode shows its graph "
           "replays, with --cuda-graphs=false its ops");
-ABSL_FLAG(bool, fused_mixer, true,
-          "run a decode step's conv, scan and gated norm as one fused op (false: three ops, the "
-          "same tokens)");
 
 namespace coil {
 namespace {
@@ -186,76 +161,6 @@ class TextCodec {
 #endif
 };
 
-#if COIL_WITH_MPI
-using Driver = StepDriver;
-#else
-// One process and no plan broadcast: rank 0's plans go straight to the runner.
-class Driver {
- public:
-  Driver(ModelRunner& runner, comm::Communicator& comm, std::nullptr_t) : runner_(runner) {}
-  StepResult Run(const StepPlan& plan) { return runner_.Execute(plan); }
-  absl::StatusOr<std::vector<float>> RunAllLogits(const StepPlan& plan) {
-    return runner_.ExecuteAllLogits(plan);
-  }
-  absl::Status Shutdown() { return absl::OkStatus(); }
-
- private:
-  ModelRunner& runner_;
-};
-#endif
-
-struct Session {
-#if COIL_WITH_MPI
-  std::unique_ptr<comm::MpiSession> mpi;
-  std::unique_ptr<comm::BroadcastChannel> channel;
-#endif
-  // Host memory: the step status exchange, the sampler, the NCCL bootstrap.
-  std::unique_ptr<comm::Communicator> comm;
-};
-
-absl::StatusOr<Session> StartSession(int* argc, char*** argv) {
-  Session session;
-  const char* world_size = std::getenv("OMPI_COMM_WORLD_SIZE");  // set by mpirun
-#if COIL_WITH_MPI
-  comm::CommunicatorOptions options;
-  if (world_size != nullptr) {
-    COIL_ASSIGN_OR_RETURN(session.mpi, comm::MpiSession::Init(argc, argv));
-    options.kind = comm::CommunicatorKind::kMpi;
-  }
-  COIL_ASSIGN_OR_RETURN(session.comm, comm::CreateCommunicator(options));
-  if (session.comm->size() > 1) {
-    COIL_ASSIGN_OR_RETURN(session.channel, comm::BroadcastChannel::Create(0, comm::BackoffOptions{}));
-  }
-#else
-  if (world_size != nullptr && absl::string_view(world_size) != "1") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "started as one of ", world_size, " ranks, but this build has no MPI (configured with "
-        "COIL_SERVING=OFF); run a single coil-run, or rebuild with -DCOIL_SERVING=ON"));
-  }
-  session.comm = std::make_unique<comm::SingleRankCommunicator>();
-#endif
-  return session;
-}
-
-// The communicator the model's collectives use: the host one on the CPU or with one rank;
-// NCCL on the backend's stream with CUDA and several ranks (collective over `host`).
-absl::StatusOr<std::unique_ptr<comm::Communicator>> ModelCommunicator(comm::Communicator& host,
-                                                                      Backend& backend) {
-  if (backend.kind() != BackendKind::kCuda || host.size() == 1) {
-    return std::unique_ptr<comm::Communicator>();
-  }
-#if COIL_WITH_CUDA
-  auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend);
-  if (cuda_backend == nullptr) return absl::InternalError("a CUDA backend that is no CudaBackend");
-  COIL_ASSIGN_OR_RETURN(std::unique_ptr<comm::NcclCommunicator> nccl,
-                        comm::NcclCommunicator::Create(host, cuda_backend->device_index(),
-                                                       cuda_backend->stream()));
-  return std::unique_ptr<comm::Communicator>(std::move(nccl));
-#else
-  return absl::UnimplementedError("several GPU ranks need a build with CUDA and NCCL");
-#endif
-}
-
 // Rank 0's work: generate, dump logits, score.
 // With --profile-ops: the op times of the stretch of work just done, as a table on stdout.
 absl::Status PrintOpTimes(Backend* profiled, const std::string& title, int steps,
@@ -267,7 +172,7 @@ absl::Status PrintOpTimes(Backend* profiled, const std::string& title, int steps
 }
 
 // `profiled`: rank 0's backend, timing every op, with --profile-ops (null otherwise).
-absl::Status Drive(Driver& driver, const model::ModelConfig& config, const TextCodec* tok,
+absl::Status Drive(RankRuntime& driver, const model::ModelConfig& config, const TextCodec* tok,
                    const std::vector<int32_t>& prompt, Backend* profiled) {
   const int32_t chunk = static_cast<int32_t>(config.chunk_size);
   const int32_t max_piece = absl::GetFlag(FLAGS_prefill_chunk);
@@ -383,116 +288,86 @@ int Main(int argc, char** argv) {
       "coil-run --model DIR (--prompt TEXT | --ids 1,2,3) [--max-tokens N] [--threads T] "
       "[--device cpu|cuda] [--dump-logits FILE.npy] [--score FILE]");
   ParseDashedCommandLine(argc, argv);
-  auto session = StartSession(&argc, &argv);
-  if (!session.ok()) {
-    std::fprintf(stderr, "coil-run: %s\n", session.status().ToString().c_str());
+  absl::StatusOr<std::unique_ptr<RankRuntime>> connected = RankRuntime::Connect(&argc, &argv);
+  if (!connected.ok()) {
+    std::fprintf(stderr, "coil-run: %s\n", connected.status().ToString().c_str());
     return 1;
   }
-  comm::Communicator& comm = *session->comm;
-  const int rank = comm.rank();
-  if (comm.size() > 1) SetLogPrefix(absl::StrCat("rank ", rank));
-
-  // Everything a rank needs before the first step; any rank's failure is every rank's.
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<comm::Communicator> model_comm;  // null: the model uses `comm`
-  std::unique_ptr<model::Checkpoint> checkpoint;
-  std::unique_ptr<model::Mamba2Model> model;
-  std::unique_ptr<ModelRunner> runner;
-  std::unique_ptr<TextCodec> tok;
-  std::vector<int32_t> prompt;
-  // Any rank's failure is every rank's: each phase ends with a status exchange, so that
-  // every rank that enters the collective NCCL set-up has a backend.
-  const auto exchange = [&comm](const absl::Status& status) {
-    auto failures = comm::AllReduceStepStatus(comm, status);
-    return failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
+  RankRuntime& runtime = **connected;
+  const int rank = runtime.rank();
+  const std::string model_dir = absl::GetFlag(FLAGS_model);
+  const auto failed = [rank](const absl::Status& agreed) {
+    if (agreed.ok()) return false;
+    if (rank == 0) std::fprintf(stderr, "coil-run: %s\n", agreed.ToString().c_str());
+    return true;
   };
-  absl::Status status = [&]() -> absl::Status {
-    const std::string model_dir = absl::GetFlag(FLAGS_model);
+
+  // Everything a rank needs before the first step, phase by phase; any rank's failure is
+  // every rank's (RankRuntime agrees on each phase's status).
+  absl::StatusOr<BackendFlags> device = BackendFlagsFromCommandLine();
+  absl::StatusOr<model::LoadOptions> load = LoadOptionsFromCommandLine();
+  const absl::Status arguments = [&]() -> absl::Status {
     if (model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
     if (absl::GetFlag(FLAGS_prompt).empty() == absl::GetFlag(FLAGS_ids).empty() &&
         absl::GetFlag(FLAGS_score).empty()) {
       return absl::InvalidArgumentError("give exactly one of --prompt TEXT and --ids 1,2,3");
     }
-    COIL_ASSIGN_OR_RETURN(const BackendKind device, ParseBackendKind(absl::GetFlag(FLAGS_device)));
-    BackendOptions backend_options;
-    backend_options.threads = ChooseThreads(absl::GetFlag(FLAGS_threads), comm.size());
-    backend_options.use_reference = absl::GetFlag(FLAGS_reference);
-    backend_options.cuda_pdl = absl::GetFlag(FLAGS_cuda_pdl);
-    backend_options.cuda_matmul_rows = absl::GetFlag(FLAGS_cuda_matmul_rows);
-    if (device == BackendKind::kCuda) {
-      COIL_ASSIGN_OR_RETURN(backend_options.device_index, comm::LocalRankFromEnvironment());
+    COIL_RETURN_IF_ERROR(device.status());
+    return load.status();
+  }();
+  if (failed(runtime.Agree(arguments))) return 1;
+  device->options.use_reference = absl::GetFlag(FLAGS_reference);
+  if (failed(runtime.OpenDevice(device->device, device->options))) return 1;
+  if (failed(runtime.LoadModel(model_dir, *load, /*state_rows=*/1))) return 1;
+
+  // Rank 0: the tokenizer (text needs it; ids and an ids --score file do not) and the prompt.
+  std::unique_ptr<TextCodec> tok;
+  std::vector<int32_t> prompt;
+  const model::ModelConfig& config = runtime.model().config();
+  absl::Status prepared = [&]() -> absl::Status {
+    if (rank != 0) return absl::OkStatus();
+    auto loaded = TextCodec::Load(model_dir, absl::GetFlag(FLAGS_tokenizer));
+    if (loaded.ok()) {
+      tok = std::move(loaded).value();
+    } else if (!absl::GetFlag(FLAGS_prompt).empty() || !absl::GetFlag(FLAGS_tokenizer).empty()) {
+      return loaded.status();
     }
-    COIL_ASSIGN_OR_RETURN(backend, CreateBackend(device, backend_options));
+    if (!absl::GetFlag(FLAGS_ids).empty()) {
+      COIL_ASSIGN_OR_RETURN(prompt, ParseIds(absl::GetFlag(FLAGS_ids)));
+    } else if (!absl::GetFlag(FLAGS_prompt).empty()) {
+      COIL_ASSIGN_OR_RETURN(prompt, tok->Encode(absl::GetFlag(FLAGS_prompt)));
+    }
+    for (int32_t id : prompt) {
+      if (id < 0 || id >= config.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                                                       config.vocab_size, ")"));
+      }
+    }
+    if (prompt.empty() && absl::GetFlag(FLAGS_score).empty()) {
+      return absl::InvalidArgumentError("the prompt is empty; give some text or ids");
+    }
     return absl::OkStatus();
   }();
-  status = exchange(status);
-  if (status.ok()) {
-    status = [&]() -> absl::Status {
-      const std::string model_dir = absl::GetFlag(FLAGS_model);
-      COIL_ASSIGN_OR_RETURN(model_comm, ModelCommunicator(comm, *backend));
-      COIL_ASSIGN_OR_RETURN(checkpoint, model::OpenCheckpoint(model_dir));
-      model::LoadOptions load;
-      COIL_ASSIGN_OR_RETURN(load.weight_type, model::ParseWeightType(absl::GetFlag(FLAGS_weights)));
-      load.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
-      load.fused_mixer = absl::GetFlag(FLAGS_fused_mixer);
-      COIL_ASSIGN_OR_RETURN(model, model::Mamba2Model::Load(*checkpoint, *backend,
-                                                            model_comm ? *model_comm : comm, load));
-      COIL_ASSIGN_OR_RETURN(runner, ModelRunner::Create(*model, *backend, comm, /*state_rows=*/1));
-      if (rank != 0) return absl::OkStatus();
-      auto loaded = TextCodec::Load(model_dir, absl::GetFlag(FLAGS_tokenizer));
-      if (loaded.ok()) {
-        tok = std::move(loaded).value();
-      } else if (!absl::GetFlag(FLAGS_prompt).empty() || !absl::GetFlag(FLAGS_tokenizer).empty()) {
-        // Text needs the tokenizer; ids (and an ids --score file) do not.
-        return loaded.status();
-      }
-      if (!absl::GetFlag(FLAGS_ids).empty()) {
-        COIL_ASSIGN_OR_RETURN(prompt, ParseIds(absl::GetFlag(FLAGS_ids)));
-      } else if (!absl::GetFlag(FLAGS_prompt).empty()) {
-        COIL_ASSIGN_OR_RETURN(prompt, tok->Encode(absl::GetFlag(FLAGS_prompt)));
-      }
-      for (int32_t id : prompt) {
-        if (id < 0 || id >= model->config().vocab_size) {
-          return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
-                                                         model->config().vocab_size, ")"));
-        }
-      }
-      if (prompt.empty() && absl::GetFlag(FLAGS_score).empty()) {
-        return absl::InvalidArgumentError("the prompt is empty; give some text or ids");
-      }
-      return absl::OkStatus();
-    }();
-    status = exchange(status);
-  }
-  if (!status.ok()) {
-    if (rank == 0) std::fprintf(stderr, "coil-run: %s\n", status.ToString().c_str());
-    return 1;
-  }
+  if (failed(runtime.Agree(prepared))) return 1;
   if (rank == 0) {
-    COIL_LOG(INFO) << "loaded " << absl::GetFlag(FLAGS_model) << ": " << model->config().n_layer
-                   << " layers, d_model " << model->config().d_model << ", "
-                   << DTypeName(model->weight_dtype()) << " weights, "
-                   << model->weight_bytes() / (1 << 20) << " MiB on rank 0, TP " << comm.size()
-                   << ", " << backend->Name();
+    COIL_LOG(INFO) << "loaded " << model_dir << ": " << config.n_layer << " layers, d_model "
+                   << config.d_model << ", " << DTypeName(runtime.model().weight_dtype())
+                   << " weights, " << runtime.model().weight_bytes() / (1 << 20)
+                   << " MiB on rank 0, TP " << runtime.size() << ", " << runtime.backend().Name();
   }
 
-#if COIL_WITH_MPI
   if (rank != 0) {
-    const absl::Status done = RunWorkerLoop(*runner, comm, *session->channel);
+    const absl::Status done = runtime.ServePlans();
     if (!done.ok()) {
       std::fprintf(stderr, "coil-run rank %d: %s\n", rank, done.ToString().c_str());
       return 1;
     }
     return 0;
   }
-  Driver driver(*runner, comm, session->channel.get());
-#else
-  Driver driver(*runner, comm, nullptr);
-#endif
-  Backend* profiled = absl::GetFlag(FLAGS_profile_ops) ? backend.get() : nullptr;
+  Backend* profiled = absl::GetFlag(FLAGS_profile_ops) ? &runtime.backend() : nullptr;
   if (profiled != nullptr) profiled->SetOpTiming(true);
-  const absl::Status run = Drive(driver, model->config(), tok.get(), prompt, profiled);
-  const absl::Status shutdown = driver.Shutdown();
+  const absl::Status run = Drive(runtime, config, tok.get(), prompt, profiled);
+  const absl::Status shutdown = runtime.Shutdown();
   if (!run.ok()) {
     std::fprintf(stderr, "coil-run: %s\n", run.ToString().c_str());
     return 1;

@@ -25,49 +25,38 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/command_line.h"
-#include "kernels/backend_factory.h"
-#include "workers/comm/communicator.h"
-#include "workers/comm/single_rank_communicator.h"
-#if COIL_WITH_MPI
-#include "workers/comm/mpi_session.h"
-#endif
-#include "workers/model/checkpoint.h"
+#include "common/cpus.h"
+#include "workers/backend_flags.h"
 #include "workers/model/mamba2_model.h"
 #include "workers/model/model_config.h"
 #include "workers/model/model_writer.h"
+#include "workers/model_flags.h"
 #include "workers/model_runner.h"
+#include "workers/rank_runtime.h"
 
+// --device, --threads, --cuda-pdl, --cuda-matmul-rows, --weights, --cuda-graphs and
+// --fused-mixer are shared with the other programs that run the model
+// (workers/backend_flags.h, workers/model_flags.h).
 ABSL_FLAG(std::string, model, "", "model directory (default: a random 130m-shape model)");
-ABSL_FLAG(int32_t, threads, 1, "CPU threads per rank");
 ABSL_FLAG(std::string, batches, "1,8,32", "decode batch sizes");
 ABSL_FLAG(int32_t, decode_steps, 32, "timed decode steps per batch size");
 ABSL_FLAG(int32_t, prefill, 512, "prefill prompt length");
 ABSL_FLAG(int32_t, prefill_seqs, 1, "prompts of --prefill tokens in the prefill step");
-ABSL_FLAG(std::string, device, "cpu", "cpu or cuda (one GPU, TP1)");
 ABSL_FLAG(double, bandwidth_gbs, -1,
           "memory bandwidth for the decode bound, GB/s (-1: 4800 with cuda, none on the cpu)");
 ABSL_FLAG(double, peak_tflops, -1,
           "peak matmul rate for the prefill bound, TFLOP/s (-1: 989, H200 dense bf16, with "
           "cuda; none on the cpu)");
-ABSL_FLAG(std::string, weights, "auto", "matrix weight type: auto, f32, bf16");
 ABSL_FLAG(std::string, dtype, "bf16", "weights written when no --model is given: f32 or bf16");
-ABSL_FLAG(bool, cuda_pdl, false,
-          "with --device cuda on sm_90+: programmatic dependent launch for the decode kernels");
-ABSL_FLAG(int64_t, cuda_matmul_rows, 64,
-          "with --device cuda: the batch size cuBLASLt tunes each matmul shape's one algorithm "
-          "for (1..65536; every batch size runs it, so outputs do not depend on the batch): "
-          "small values favour decode latency, large ones long prefills");
 ABSL_FLAG(bool, profile_ops, false,
           "after the figures, time every op of the same decode steps (run op by op, no graphs) "
           "and prefill, and print where each step's time goes");
-ABSL_FLAG(bool, fused_mixer, true,
-          "decode steps run the mixer as one fused op (false: its three ops, to measure the "
-          "fusion)");
 
 namespace coil {
 namespace {
@@ -102,46 +91,38 @@ double BoundFlag(double flag, BackendKind device, double cuda_default) {
 }
 
 int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "model_bench [--model DIR] [--device cpu|cuda] [--threads T] [--batches 1,8,32] "
+      "[--decode-steps 32] [--prefill 512] [--prefill-seqs 1] [--profile-ops]");
   ParseDashedCommandLine(argc, argv);
-  const absl::StatusOr<BackendKind> device = ParseBackendKind(absl::GetFlag(FLAGS_device));
-  if (!device.ok()) {
-    std::fprintf(stderr, "%s\n", device.status().ToString().c_str());
+  const auto fail = [](const absl::Status& status) {
+    std::fprintf(stderr, "model_bench: %s\n", status.ToString().c_str());
     return 1;
-  }
-  std::unique_ptr<comm::Communicator> comm;
-#if COIL_WITH_MPI
-  std::unique_ptr<comm::MpiSession> mpi;
-  comm::CommunicatorOptions options;
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {
-    mpi = std::move(comm::MpiSession::Init(&argc, &argv)).value();
-    options.kind = comm::CommunicatorKind::kMpi;
-  }
-  comm = std::move(comm::CreateCommunicator(options)).value();
-#else
-  comm = std::make_unique<comm::SingleRankCommunicator>();
-#endif
-  if (*device == BackendKind::kCuda && comm->size() > 1) {
-    std::fprintf(stderr, "model_bench --device cuda runs one rank; start it without mpirun\n");
-    return 1;
-  }
-  const int rank = comm->rank();
+  };
+  absl::StatusOr<BackendFlags> device = BackendFlagsFromCommandLine();
+  if (!device.ok()) return fail(device.status());
+  absl::StatusOr<model::LoadOptions> load = LoadOptionsFromCommandLine();
+  if (!load.ok()) return fail(load.status());
+  absl::StatusOr<std::unique_ptr<RankRuntime>> connected = RankRuntime::Connect(&argc, &argv);
+  if (!connected.ok()) return fail(connected.status());
+  RankRuntime& runtime = **connected;
+  const int rank = runtime.rank();
 
   std::string dir = absl::GetFlag(FLAGS_model);
   if (dir.empty()) {
     char path[256] = {};
+    absl::Status written = absl::OkStatus();
     if (rank == 0) {
       dir = (std::filesystem::temp_directory_path() / absl::StrCat("coil_bench_130m_", ::getpid())).string();
       auto config = *model::NamedModelShape("130m");
       const model::DType dtype = absl::GetFlag(FLAGS_dtype) == "f32" ? model::DType::kF32 : model::DType::kBF16;
-      auto status = model::WriteModelDirectory(config, model::RandomModelTensors(config, dtype, model::DType::kF32, 1),
-                                               model::WriteOptions{}, dir);
-      if (!status.ok()) {
-        std::fprintf(stderr, "writing the model: %s\n", status.ToString().c_str());
-        return 1;
-      }
+      written = model::WriteModelDirectory(
+          config, model::RandomModelTensors(config, dtype, model::DType::kF32, 1), model::WriteOptions{}, dir);
       std::snprintf(path, sizeof(path), "%s", dir.c_str());
     }
-    (void)comm->Broadcast(path, sizeof(path), 0);
+    const absl::Status agreed = runtime.Agree(written);
+    if (!agreed.ok()) return fail(agreed);
+    (void)runtime.comm().Broadcast(path, sizeof(path), 0);
     dir = path;
   }
   std::vector<int32_t> batches;
@@ -149,42 +130,30 @@ int Main(int argc, char** argv) {
     int32_t value = 0;
     if (absl::SimpleAtoi(b, &value) && value > 0) batches.push_back(value);
   }
+  if (batches.empty()) return fail(absl::InvalidArgumentError("--batches lists no positive batch size"));
   const int32_t max_batch = *std::max_element(batches.begin(), batches.end());
-
-  auto checkpoint = model::OpenCheckpoint(dir);
-  if (!checkpoint.ok()) {
-    std::fprintf(stderr, "%s\n", checkpoint.status().ToString().c_str());
-    return 1;
-  }
-  BackendOptions backend_options;
-  backend_options.threads = absl::GetFlag(FLAGS_threads);
-  backend_options.cuda_pdl = absl::GetFlag(FLAGS_cuda_pdl);
-  backend_options.cuda_matmul_rows = absl::GetFlag(FLAGS_cuda_matmul_rows);
-  auto created = CreateBackend(*device, backend_options);
-  if (!created.ok()) {
-    std::fprintf(stderr, "%s\n", created.status().ToString().c_str());
-    return 1;
-  }
-  std::unique_ptr<Backend> backend = std::move(created).value();
-  model::LoadOptions load;
-  load.fused_mixer = absl::GetFlag(FLAGS_fused_mixer);
-  load.weight_type = *model::ParseWeightType(absl::GetFlag(FLAGS_weights));
-  auto m = model::Mamba2Model::Load(**checkpoint, *backend, *comm, load);
-  if (!m.ok()) {
-    std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
-    return 1;
-  }
   const int32_t prefill_seqs = std::max(1, absl::GetFlag(FLAGS_prefill_seqs));
-  auto runner =
-      std::move(ModelRunner::Create(**m, *backend, *comm, std::max(max_batch, prefill_seqs))).value();
-  const double bandwidth = BoundFlag(absl::GetFlag(FLAGS_bandwidth_gbs), *device, 4800.0) * 1e9;
-  const double peak = BoundFlag(absl::GetFlag(FLAGS_peak_tflops), *device, 989.0) * 1e12;
-  const double weight_bytes = static_cast<double>((*m)->weight_bytes());
+
+  absl::Status started = runtime.OpenDevice(device->device, device->options);
+  if (started.ok()) started = runtime.LoadModel(dir, *load, std::max(max_batch, prefill_seqs));
+  if (!started.ok()) {
+    if (rank == 0) fail(started);
+    return 1;
+  }
+  Backend* backend = &runtime.backend();
+  model::Mamba2Model* m = &runtime.model();
+  ModelRunner* runner = &runtime.runner();
+  const double bandwidth = BoundFlag(absl::GetFlag(FLAGS_bandwidth_gbs), device->device, 4800.0) * 1e9;
+  const double peak = BoundFlag(absl::GetFlag(FLAGS_peak_tflops), device->device, 989.0) * 1e12;
+  const double weight_bytes = static_cast<double>(m->weight_bytes());
   const double state_bytes =
       static_cast<double>(runner->state_pool().shape().bytes_per_sequence());
   // Matrix weights dominate the parameters: 2 flops per weight and token.
-  const double flops_per_token = 2.0 * weight_bytes / DTypeSize((*m)->weight_dtype());
-  const auto& config = (*m)->config();
+  const double flops_per_token = 2.0 * weight_bytes / DTypeSize(m->weight_dtype());
+  const auto& config = m->config();
+  const int threads = device->device == BackendKind::kCpu
+                          ? ChooseThreads(device->options.threads, runtime.size())
+                          : 0;
   const bool profile = absl::GetFlag(FLAGS_profile_ops);
   std::string profiles;  // printed after the figures
   // Runs work() `steps` times with every op timed and appends the table under `title`.
@@ -217,8 +186,8 @@ int Main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("model %s: %lld layers, d_model %lld, %s weights, TP %d, %s, %d thread(s) per rank, %zu MiB weights on rank 0\n",
                 dir.c_str(), static_cast<long long>(config.n_layer), static_cast<long long>(config.d_model),
-                DTypeName((*m)->weight_dtype()), comm->size(), backend->Name().c_str(),
-                absl::GetFlag(FLAGS_threads), (*m)->weight_bytes() >> 20);
+                DTypeName(m->weight_dtype()), runtime.size(), backend->Name().c_str(),
+                threads, m->weight_bytes() >> 20);
     if (bandwidth > 0 || peak > 0) {
       std::printf("bounds: %.0f GB/s (decode: weights + state read and written once per sequence), "
                   "%g TFLOP/s (prefill: 2 flops per weight and token)\n",
@@ -246,16 +215,16 @@ int Main(int argc, char** argv) {
     };
     for (int w = 0; w < 2; ++w) decode_step();
     const int steps = absl::GetFlag(FLAGS_decode_steps);
-    const double comm_before = (*m)->comm_seconds();
+    const double comm_before = m->comm_seconds();
     const auto start = Clock::now();
     for (int i = 0; i < steps; ++i) decode_step();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const double comm_share = ((*m)->comm_seconds() - comm_before) / seconds;
+    const double comm_share = (m->comm_seconds() - comm_before) / seconds;
     if (rank == 0) {
       const double per_step = seconds / steps;
       const double bound = bandwidth > 0 ? (weight_bytes + 2.0 * state_bytes * batch) / bandwidth : 0;
       // A decode step's launches, when it replays a graph (CUDA): what its overhead scales with.
-      const int64_t nodes = (*m)->graph_nodes(batch);
+      const int64_t nodes = m->graph_nodes(batch);
       std::printf("| decode | %d | %.1f | %.4f | %.1f%% | %s | %s | %s |\n", batch,
                   batch * steps / seconds, per_step * 1e3, comm_share * 100,
                   BoundCell(bound * 1e3).c_str(), ShareCell(bound, per_step).c_str(),
@@ -263,10 +232,10 @@ int Main(int argc, char** argv) {
     }
     if (profile) {
       // The same steps op by op: a graph replay would hide its ops.
-      (*m)->set_cuda_graphs(false);
+      m->set_cuda_graphs(false);
       decode_step();  // warm the eager path
       profiled(absl::StrCat("decode, batch ", batch, ", op by op"), steps, decode_step);
-      (*m)->set_cuda_graphs(load.cuda_graphs);
+      m->set_cuda_graphs(load->cuda_graphs);
     }
   }
   const int32_t prompt = absl::GetFlag(FLAGS_prefill);
@@ -282,11 +251,11 @@ int Main(int argc, char** argv) {
     run(prompts, 0);  // warm-up
     double best = 1e30, comm_at_best = 0;
     for (int rep = 0; rep < 3; ++rep) {
-      const double comm_before = (*m)->comm_seconds();
+      const double comm_before = m->comm_seconds();
       const auto start = Clock::now();
       run(prompts, 0);
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (seconds < best) best = seconds, comm_at_best = (*m)->comm_seconds() - comm_before;
+      if (seconds < best) best = seconds, comm_at_best = m->comm_seconds() - comm_before;
     }
     if (rank == 0) {
       const double tokens = static_cast<double>(prompt) * prefill_seqs;

@@ -19,16 +19,19 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/command_line.h"
+#include "common/cpus.h"
 #include "kernels/backend_factory.h"
+#include "workers/backend_flags.h"
 #include "tests/unit/kernels/op_cases.h"
 #include "tests/unit/kernels/op_test_util.h"
 
-ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
+// --device, --threads, --cuda-pdl and --cuda-matmul-rows: workers/backend_flags.h.
 ABSL_FLAG(std::string, rows, "1,256,2048,16384", "token rows per case, comma-separated");
 ABSL_FLAG(int32_t, max_decode_rows, 256,
           "rows up to this count are decode batches, larger ones one prefill sequence");
@@ -37,7 +40,6 @@ ABSL_FLAG(int32_t, repeats, 20, "timed launches per case (20+ on a GPU)");
 ABSL_FLAG(double, bandwidth_gbs, -1,
           "memory bandwidth for the bound, GB/s (-1: 4800, an H200, with cuda; 33 on the cpu, "
           "docs/PERFORMANCE.md)");
-ABSL_FLAG(int32_t, threads, 1, "CPU backend threads");
 
 namespace coil::testing {
 namespace {
@@ -61,12 +63,16 @@ absl::StatusOr<Figure> Measure(Backend& backend, OpCase& op, int repeats) {
 }
 
 int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "op_bench [--device cpu|cuda] [--rows 1,256,2048,16384] [--ops SsmScan,Matmul] "
+      "[--repeats 20] [--bandwidth-gbs G] [--threads T]");
   ParseDashedCommandLine(argc, argv);
-  const absl::StatusOr<BackendKind> kind = ParseBackendKind(absl::GetFlag(FLAGS_device));
-  if (!kind.ok()) {
-    std::fprintf(stderr, "op_bench: %s\n", std::string(kind.status().message()).c_str());
+  absl::StatusOr<BackendFlags> device = BackendFlagsFromCommandLine();
+  if (!device.ok()) {
+    std::fprintf(stderr, "op_bench: %s\n", std::string(device.status().message()).c_str());
     return 2;
   }
+  const BackendKind* kind = &device->device;
   std::vector<int> rows_list;
   for (absl::string_view part :
        absl::StrSplit(absl::GetFlag(FLAGS_rows), ',', absl::SkipWhitespace())) {
@@ -88,7 +94,8 @@ int Main(int argc, char** argv) {
   double bandwidth_gbs = absl::GetFlag(FLAGS_bandwidth_gbs);
   if (bandwidth_gbs <= 0) bandwidth_gbs = *kind == BackendKind::kCuda ? 4800 : 33;
 
-  auto backend = CreateBackend(*kind, {.threads = absl::GetFlag(FLAGS_threads)});
+  device->options.threads = ChooseThreads(device->options.threads, 1);
+  auto backend = CreateBackend(*kind, device->options);
   if (!backend.ok()) {
     std::fprintf(stderr, "op_bench: %s\n", std::string(backend.status().message()).c_str());
     return 1;

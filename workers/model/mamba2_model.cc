@@ -197,15 +197,7 @@ absl::Status Mamba2Model::LoadWeights(const Checkpoint& checkpoint, const LoadOp
 }
 
 StatePoolShape Mamba2Model::StateShape(int64_t state_rows) const {
-  StatePoolShape shape;
-  shape.layers = config_.n_layer;
-  shape.state_rows = state_rows;
-  shape.d_conv = config_.d_conv;
-  shape.conv_channels = layout_.conv_channels();
-  shape.heads = layout_.heads();
-  shape.headdim = config_.headdim;
-  shape.d_state = config_.d_state;
-  return shape;
+  return ShardStateShape(config_, layout_, state_rows);
 }
 
 absl::Status Mamba2Model::EnsureScratch(int64_t rows, int64_t sampled_rows) {

@@ -1,6 +1,9 @@
 #include "workers/model/shard_layout.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace coil::model {
 
@@ -28,6 +31,28 @@ absl::StatusOr<ShardLayout> MakeShardLayout(const ModelConfig& config, int tp_si
   layout.d_state = config.d_state;
   layout.vocab = PartitionVocab(static_cast<int32_t>(config.padded_vocab_size()), tp_size, rank);
   return layout;
+}
+
+StatePoolShape ShardStateShape(const ModelConfig& config, const ShardLayout& layout,
+                               int64_t state_rows) {
+  StatePoolShape shape;
+  shape.layers = config.n_layer;
+  shape.state_rows = state_rows;
+  shape.d_conv = config.d_conv;
+  shape.conv_channels = layout.conv_channels();
+  shape.heads = layout.heads();
+  shape.headdim = config.headdim;
+  shape.d_state = config.d_state;
+  return shape;
+}
+
+absl::StatusOr<int64_t> MaxStateBytesPerSequence(const ModelConfig& config, int tp_size) {
+  int64_t most = 0;
+  for (int rank = 0; rank < tp_size; ++rank) {
+    COIL_ASSIGN_OR_RETURN(const ShardLayout layout, MakeShardLayout(config, tp_size, rank));
+    most = std::max(most, ShardStateShape(config, layout, 1).bytes_per_sequence());
+  }
+  return most;
 }
 
 }  // namespace coil::model

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "kernels/state_pool.h"
 #include "workers/model/model_config.h"
 #include "workers/vocab_partition.h"
 
@@ -44,6 +45,14 @@ struct ShardLayout {
 
 // INVALID_ARGUMENT naming the TP size when it does not divide the heads.
 absl::StatusOr<ShardLayout> MakeShardLayout(const ModelConfig& config, int tp_size, int rank);
+
+// The state pool of `state_rows` sequences for the rank `layout` describes.
+StatePoolShape ShardStateShape(const ModelConfig& config, const ShardLayout& layout,
+                               int64_t state_rows);
+
+// The most state bytes one sequence takes on any rank at TP `tp_size` (every rank sizes its
+// pool for the same rows, so the largest shard decides how many fit a budget).
+absl::StatusOr<int64_t> MaxStateBytesPerSequence(const ModelConfig& config, int tp_size);
 
 }  // namespace coil::model
 

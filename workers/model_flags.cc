@@ -1,0 +1,29 @@
+#include "workers/model_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(std::string, weights, "auto",
+          "matrix weight type: auto (bf16 when the checkpoint stores 16-bit weights), f32 or bf16");
+ABSL_FLAG(bool, cuda_graphs, true,
+          "with --device cuda: replay decode-only steps as CUDA graphs (false: op by op, for "
+          "debugging)");
+ABSL_FLAG(bool, fused_mixer, true,
+          "run a decode step's conv, scan and gated norm as one fused op (false: its ops in "
+          "turn, the same tokens; for measuring the fusion)");
+
+namespace coil {
+
+absl::StatusOr<model::LoadOptions> LoadOptionsFromCommandLine() {
+  model::LoadOptions load;
+  absl::StatusOr<model::WeightType> weights = model::ParseWeightType(absl::GetFlag(FLAGS_weights));
+  if (!weights.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--weights: ", weights.status().message()));
+  }
+  load.weight_type = *weights;
+  load.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  load.fused_mixer = absl::GetFlag(FLAGS_fused_mixer);
+  return load;
+}
+
+}  // namespace coil

@@ -1,0 +1,153 @@
+#include "workers/rank_runtime.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/cpus.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "workers/comm/local_rank.h"
+#include "workers/comm/step_status.h"
+#if COIL_WITH_MPI
+#include "workers/comm/broadcast_channel.h"
+#include "workers/comm/mpi_session.h"
+#include "workers/worker_loop.h"
+#else
+#include "workers/comm/single_rank_communicator.h"
+#endif
+#if COIL_WITH_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#include "workers/comm/nccl_communicator.h"
+#endif
+
+namespace coil {
+
+struct RankRuntime::Mpi {
+#if COIL_WITH_MPI
+  // Declared first, destroyed last: MPI_Finalize after every communicator is freed.
+  std::unique_ptr<comm::MpiSession> session;
+  std::unique_ptr<comm::BroadcastChannel> channel;  // several ranks only
+  std::unique_ptr<StepDriver> driver;               // rank 0, once the model is loaded
+#endif
+};
+
+RankRuntime::RankRuntime() : mpi_(std::make_unique<Mpi>()) {}
+RankRuntime::~RankRuntime() = default;
+
+absl::StatusOr<std::unique_ptr<RankRuntime>> RankRuntime::Connect(int* argc, char*** argv) {
+  std::unique_ptr<RankRuntime> runtime(new RankRuntime());
+  const char* world_size = std::getenv("OMPI_COMM_WORLD_SIZE");  // set by mpirun
+#if COIL_WITH_MPI
+  comm::CommunicatorOptions options;
+  if (world_size != nullptr) {
+    COIL_ASSIGN_OR_RETURN(runtime->mpi_->session, comm::MpiSession::Init(argc, argv));
+    options.kind = comm::CommunicatorKind::kMpi;
+  }
+  COIL_ASSIGN_OR_RETURN(runtime->comm_, comm::CreateCommunicator(options));
+  if (runtime->size() > 1) {
+    SetLogPrefix(absl::StrCat("rank ", runtime->rank()));
+    absl::StatusOr<std::unique_ptr<comm::BroadcastChannel>> channel =
+        comm::BroadcastChannel::Create(0, comm::BackoffOptions{});
+    COIL_RETURN_IF_ERROR(runtime->Agree(channel.status()));
+    runtime->mpi_->channel = std::move(channel).value();
+  }
+#else
+  if (world_size != nullptr && absl::string_view(world_size) != "1") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "started as one of ", world_size, " ranks, but this build has no MPI (configured with "
+        "COIL_SERVING=OFF); run one process, or rebuild with -DCOIL_SERVING=ON"));
+  }
+  runtime->comm_ = std::make_unique<comm::SingleRankCommunicator>();
+#endif
+  return runtime;
+}
+
+absl::Status RankRuntime::Agree(const absl::Status& local) {
+  absl::StatusOr<std::vector<comm::RankFailure>> failures = comm::AllReduceStepStatus(*comm_, local);
+  return failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
+}
+
+absl::Status RankRuntime::OpenDevice(BackendKind kind, BackendOptions options,
+                                     const std::function<absl::Status(Backend&)>& check) {
+  COIL_RETURN_IF_ERROR(Agree([&]() -> absl::Status {
+    options.threads = ChooseThreads(options.threads, size());
+    if (kind == BackendKind::kCuda) {
+      // One GPU per rank: the rank's index among the ranks of its node.
+      COIL_ASSIGN_OR_RETURN(options.device_index, comm::LocalRankFromEnvironment());
+    }
+    COIL_ASSIGN_OR_RETURN(backend_, CreateBackend(kind, options));
+    if (check) COIL_RETURN_IF_ERROR(check(*backend_));
+    return absl::OkStatus();
+  }()));
+  if (kind != BackendKind::kCuda || size() == 1) return absl::OkStatus();
+  // Several GPU ranks: the model's collectives run on the backend's stream through NCCL,
+  // ordered with the ops and capturable in a graph. Every rank reaches this (the step above
+  // was agreed), so NCCL's collective set-up cannot leave one waiting.
+#if COIL_WITH_CUDA
+  auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(backend_.get());
+  absl::StatusOr<std::unique_ptr<comm::NcclCommunicator>> nccl =
+      absl::InternalError("--device cuda made a backend that is not the CUDA one");
+  if (cuda_backend != nullptr) {
+    nccl = comm::NcclCommunicator::Create(*comm_, cuda_backend->device_index(),
+                                          cuda_backend->stream());
+  }
+  COIL_RETURN_IF_ERROR(Agree(nccl.status()));
+  model_comm_ = std::move(nccl).value();
+  return absl::OkStatus();
+#else
+  return Agree(absl::UnimplementedError("several GPU ranks need a build with CUDA and NCCL"));
+#endif
+}
+
+absl::Status RankRuntime::LoadModel(const std::string& model_dir, const model::LoadOptions& options,
+                                    int64_t state_rows) {
+  COIL_RETURN_IF_ERROR(Agree([&]() -> absl::Status {
+    if (backend_ == nullptr) return absl::FailedPreconditionError("LoadModel before OpenDevice");
+    COIL_ASSIGN_OR_RETURN(checkpoint_, model::OpenCheckpoint(model_dir));
+    COIL_ASSIGN_OR_RETURN(model_,
+                          model::Mamba2Model::Load(*checkpoint_, *backend_, model_comm(), options));
+    COIL_ASSIGN_OR_RETURN(runner_, ModelRunner::Create(*model_, *backend_, *comm_, state_rows));
+    return absl::OkStatus();
+  }()));
+#if COIL_WITH_MPI
+  if (rank() == 0) {
+    mpi_->driver = std::make_unique<StepDriver>(*runner_, *comm_, mpi_->channel.get());
+  }
+#endif
+  return absl::OkStatus();
+}
+
+StepResult RankRuntime::Run(const StepPlan& plan) {
+#if COIL_WITH_MPI
+  if (mpi_->driver != nullptr) return mpi_->driver->Run(plan);
+#endif
+  return runner_->Execute(plan);
+}
+
+absl::StatusOr<std::vector<float>> RankRuntime::RunAllLogits(const StepPlan& plan) {
+#if COIL_WITH_MPI
+  if (mpi_->driver != nullptr) return mpi_->driver->RunAllLogits(plan);
+#endif
+  return runner_->ExecuteAllLogits(plan);
+}
+
+absl::Status RankRuntime::Shutdown() {
+#if COIL_WITH_MPI
+  if (mpi_->driver != nullptr) return mpi_->driver->Shutdown();
+#endif
+  return absl::OkStatus();
+}
+
+absl::Status RankRuntime::ServePlans() {
+#if COIL_WITH_MPI
+  if (rank() != 0 && mpi_->channel != nullptr && runner_ != nullptr) {
+    return RunWorkerLoop(*runner_, *comm_, *mpi_->channel);
+  }
+#endif
+  return absl::FailedPreconditionError(
+      "ServePlans is for ranks other than 0 of a started multi-rank job");
+}
+
+}  // namespace coil

@@ -1,0 +1,97 @@
+// RankRuntime: how one tensor-parallel rank starts and what it then holds, the same for every
+// program that runs the model (coil-serve, coil-run, model_bench): the MPI session when
+// mpirun started the process, the host communicator and the plan channel, the backend, the
+// communicator of the model's collectives (NCCL between GPU ranks), the checkpoint, the
+// model and its runner.
+//
+// Start-up is collective and goes in phases (Connect, OpenDevice, LoadModel); each ends with
+// an exchange of every rank's status (Agree), so a failure on any rank is every rank's: no
+// rank enters a collective (NCCL's set-up, a plan broadcast) that another skipped. A program
+// adds its own checks between phases and passes their status through Agree too.
+#ifndef COIL_WORKERS_RANK_RUNTIME_H_
+#define COIL_WORKERS_RANK_RUNTIME_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "kernels/backend_factory.h"
+#include "scheduler/plan.h"
+#include "workers/comm/communicator.h"
+#include "workers/model/checkpoint.h"
+#include "workers/model/mamba2_model.h"
+#include "workers/model_runner.h"
+
+namespace coil {
+
+class RankRuntime {
+ public:
+  ~RankRuntime();
+
+  // Phase 1, collective: under mpirun (OMPI_COMM_WORLD_SIZE is set) MPI and a communicator
+  // over its ranks, else one rank; with several ranks, the channel rank 0 broadcasts plans
+  // on. Sets the log prefix to "rank r" when there are several. A build without MPI refuses
+  // to be one of several ranks.
+  static absl::StatusOr<std::unique_ptr<RankRuntime>> Connect(int* argc, char*** argv);
+
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+  // Host memory: the step-status exchange, the sampler's merges, NCCL's bootstrap.
+  comm::Communicator& comm() { return *comm_; }
+
+  // Collective: OK on every rank when `local` is OK on every rank, else, on every rank, the
+  // first failure's code with a message naming each failed rank.
+  absl::Status Agree(const absl::Status& local);
+
+  // Phase 2, collective: the backend (with --device cuda, rank r takes its node's GPU r;
+  // options.threads 0 divides the allowed CPUs among the ranks), then `check` on it (e.g.
+  // the state pool against the GPU's memory), then, for several GPU ranks, the NCCL
+  // communicator on the backend's stream. Agreed after each step.
+  absl::Status OpenDevice(BackendKind kind, BackendOptions options,
+                          const std::function<absl::Status(Backend&)>& check = nullptr);
+  Backend& backend() { return *backend_; }
+  // What the model's collectives go through: NCCL between GPU ranks, else comm().
+  comm::Communicator& model_comm() { return model_comm_ != nullptr ? *model_comm_ : *comm_; }
+
+  // Phase 3, collective: opens the checkpoint in `model_dir`, loads this rank's shard and
+  // makes a runner with `state_rows` state rows. Agreed.
+  absl::Status LoadModel(const std::string& model_dir, const model::LoadOptions& options,
+                         int64_t state_rows);
+  model::Mamba2Model& model() { return *model_; }
+  ModelRunner& runner() { return *runner_; }
+
+  // ---- after start-up ----
+  // Rank 0: broadcasts `plan` to the other ranks and executes it; a failed broadcast or step
+  // comes back as ok = false naming the rank.
+  StepResult Run(const StepPlan& plan);
+  // Rank 0: broadcasts `plan` and returns the logits of every one of its rows, full padded
+  // vocabulary width (for dumping logits and scoring text).
+  absl::StatusOr<std::vector<float>> RunAllLogits(const StepPlan& plan);
+  // Rank 0: sends the shutdown plan, which ends the other ranks' ServePlans.
+  absl::Status Shutdown();
+  // Ranks > 0: execute every plan rank 0 broadcasts until the shutdown plan.
+  absl::Status ServePlans();
+
+ private:
+  RankRuntime();
+
+  // The MPI session, the plan channel and rank 0's step driver: only in builds with MPI,
+  // defined where they are.
+  struct Mpi;
+  std::unique_ptr<Mpi> mpi_;
+  std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<comm::Communicator> model_comm_;  // NCCL between GPU ranks, else null
+  std::unique_ptr<model::Checkpoint> checkpoint_;
+  std::unique_ptr<model::Mamba2Model> model_;
+  std::unique_ptr<ModelRunner> runner_;
+};
+
+}  // namespace coil
+
+#endif  // COIL_WORKERS_RANK_RUNTIME_H_
