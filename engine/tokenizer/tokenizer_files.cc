@@ -4,7 +4,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "common/data_files.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -18,31 +18,11 @@ bool IsRegularFile(const std::filesystem::path& path) {
 
 }  // namespace
 
-std::vector<std::string> ShippedTokenizerCandidates() {
-  std::vector<std::string> candidates;
-  std::error_code error;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (!error) {
-    const std::filesystem::path dir = exe.parent_path();
-    candidates.push_back((dir / ".." / "share" / "coil" / "gpt-neox-20b" / "tokenizer.json")
-                             .lexically_normal()
-                             .string());
-    candidates.push_back((dir / "gpt-neox-20b" / "tokenizer.json").string());
-  }
-#ifdef COIL_TOKENIZER_SOURCE_FILE
-  candidates.push_back(COIL_TOKENIZER_SOURCE_FILE);
-#endif
-  return candidates;
-}
-
 absl::StatusOr<std::string> ShippedTokenizerPath() {
-  const std::vector<std::string> candidates = ShippedTokenizerCandidates();
-  for (const std::string& candidate : candidates) {
-    if (IsRegularFile(candidate)) return candidate;
-  }
+  absl::StatusOr<std::string> path = FindDataFile(kShippedTokenizer);
+  if (path.ok()) return path;
   return absl::NotFoundError(
-      absl::StrCat("the GPT-NeoX-20B tokenizer.json shipped with coil is not at any of: ",
-                   absl::StrJoin(candidates, ", "), "; reinstall coil or pass --tokenizer FILE"));
+      absl::StrCat(path.status().message(), "; or pass --tokenizer FILE"));
 }
 
 absl::StatusOr<std::string> TokenizerPathForModel(const std::string& model_dir,

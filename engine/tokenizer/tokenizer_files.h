@@ -1,7 +1,7 @@
 // Where a model's tokenizer comes from: an explicit file (--tokenizer), else the model
 // directory's tokenizer.json, else the GPT-NeoX-20B file shipped with coil (the
-// state-spaces/mamba2-* checkpoints ship none). The shipped file is found next to the
-// executable once installed, or in the source tree when run from a build tree.
+// state-spaces/mamba2-* checkpoints ship none). The shipped file is found as every data file
+// of coil is (common/data_files.h): in the install prefix, or at the top of the build tree.
 #ifndef COIL_ENGINE_TOKENIZER_TOKENIZER_FILES_H_
 #define COIL_ENGINE_TOKENIZER_TOKENIZER_FILES_H_
 
@@ -14,12 +14,10 @@
 
 namespace coil::tokenizer {
 
-// The places the shipped GPT-NeoX-20B tokenizer.json is looked for, in order:
-// <exe dir>/../share/coil/gpt-neox-20b/tokenizer.json (an install),
-// <exe dir>/gpt-neox-20b/tokenizer.json (a relocated bundle), then the source tree.
-std::vector<std::string> ShippedTokenizerCandidates();
+// The shipped GPT-NeoX-20B file, relative to share/coil/.
+inline constexpr char kShippedTokenizer[] = "gpt-neox-20b/tokenizer.json";
 
-// The first candidate that exists; NOT_FOUND listing them all otherwise.
+// Where the shipped file is; NOT_FOUND listing the places looked at otherwise.
 absl::StatusOr<std::string> ShippedTokenizerPath();
 
 // The tokenizer file for a model: `override_path` when not empty, else

@@ -2,7 +2,7 @@
 // throughput, prompt-length specs, prompt windows and the JSONL prompt reader. Expected
 // values are worked out by hand in the comments, or are invariants (counts add up,
 // percentiles are ordered, uniform draws stay in range).
-#include "tests/load/load_stats.h"
+#include "tools/loadgen/load_stats.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/load/prompt_source.h"
+#include "tools/loadgen/prompt_source.h"
 
 namespace coil::load {
 namespace {

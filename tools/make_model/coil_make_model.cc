@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/command_line.h"
+#include "common/data_files.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "workers/model/checkpoint.h"
@@ -116,19 +117,18 @@ absl::Status Run(const std::vector<std::string>& overrides) {
   COIL_RETURN_IF_ERROR(WriteModelDirectory(config, tensors, options, out));
 
   // The tokenizer travels with the model, as in a downloaded model directory.
-  std::filesystem::path tokenizer =
-      std::filesystem::path(COIL_SOURCE_DIR) / "engine/tokenizer/gpt-neox-20b/tokenizer.json";
-  std::error_code error;
-  if (std::filesystem::exists(tokenizer, error)) {
-    std::filesystem::copy_file(tokenizer, std::filesystem::path(out) / "tokenizer.json",
+  const absl::StatusOr<std::string> tokenizer = FindDataFile("gpt-neox-20b/tokenizer.json");
+  if (tokenizer.ok()) {
+    std::error_code error;
+    std::filesystem::copy_file(*tokenizer, std::filesystem::path(out) / "tokenizer.json",
                                std::filesystem::copy_options::overwrite_existing, error);
     if (error) {
       return absl::InternalError(
-          absl::StrCat("cannot copy ", tokenizer.string(), " to ", out, ": ", error.message()));
+          absl::StrCat("cannot copy ", *tokenizer, " to ", out, ": ", error.message()));
     }
   } else {
-    COIL_LOG(WARNING) << "tokenizer " << tokenizer.string()
-                      << " not found; the model directory has no tokenizer.json";
+    COIL_LOG(WARNING) << tokenizer.status().message()
+                      << "; the model directory has no tokenizer.json";
   }
   COIL_LOG(INFO) << "wrote " << absl::GetFlag(FLAGS_shape) << " model (" << tensors.size()
                  << " tensors, " << layout << " layout, " << format << ", " << DTypeName(dtype)

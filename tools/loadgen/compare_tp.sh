@@ -10,7 +10,7 @@
 #   OUT/*.png                     throughput against concurrency, latency percentiles,
 #                                 TTFT CDF, rate sweep (gnuplot; installed if missing)
 #
-#   tests/load/compare_tp.sh [--build build] [--out DIR] [--shape tiny|130m] [--dtype bf16]
+#   tools/loadgen/compare_tp.sh [--build build] [--out DIR] [--shape tiny|130m] [--dtype bf16]
 #       [--model DIR] [--duration 30] [--concurrency "1 8 32"] [--rates auto|"0.5 1 2"]
 #       [--prompt-tokens 128] [--output-tokens 128] [--warmup 2] [--threads 2] [--drain 60]
 #       [--server-flags "--state-rows 40"] [--no-install] [--check]
@@ -68,7 +68,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 SERVE="$BUILD/engine/coil-serve"
-LOADGEN="$BUILD/tests/load/coil-loadgen"
+LOADGEN="$BUILD/tools/loadgen/coil-loadgen"
 MAKE_MODEL="$BUILD/tools/make_model/coil-make-model"
 for program in "$SERVE" "$LOADGEN" "$MAKE_MODEL"; do
   if [[ ! -x "$program" ]]; then

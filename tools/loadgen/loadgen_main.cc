@@ -39,8 +39,8 @@
 #include "common/status_macros.h"
 #include "engine/client/client.h"
 #include "nlohmann/json.hpp"
-#include "tests/load/load_stats.h"
-#include "tests/load/prompt_source.h"
+#include "tools/loadgen/load_stats.h"
+#include "tools/loadgen/prompt_source.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "coil-serve address, HOST:PORT");
 ABSL_FLAG(int32_t, concurrency, 0, "closed loop: this many requests in flight at all times");

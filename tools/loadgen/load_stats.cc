@@ -1,4 +1,4 @@
-#include "tests/load/load_stats.h"
+#include "tools/loadgen/load_stats.h"
 
 #include <algorithm>
 #include <cmath>

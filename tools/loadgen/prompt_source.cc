@@ -1,4 +1,4 @@
-#include "tests/load/prompt_source.h"
+#include "tools/loadgen/prompt_source.h"
 
 #include <algorithm>
 #include <cmath>
