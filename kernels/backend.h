@@ -1,4 +1,4 @@
-// Backend: the op interface every device implements (CPU here, CUDA later), in
+// Backend: the op interface every device implements (the CPU and CUDA backends), in
 // non-virtual-interface style: each public op checks its shapes and its RecurrentBatch
 // once, here, returns a Status, and only then calls the private Do*() of the device, so
 // every backend rejects exactly the same inputs before touching memory.

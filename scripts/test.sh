@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_dir=${COIL_BUILD_DIR:-build}
+# scripts/demo.sh configures build/ the same way: running both compiles each file once.
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
 ctest_args=()
 for arg in "$@"; do
