@@ -1,0 +1,1918 @@
+#include "engine/chat/jinja.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <unordered_map>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace coil::chat {
+
+// ---------------------------------------------------------------------------------------
+// Values
+
+Value Value::None() {
+  Value v;
+  v.kind_ = Kind::kNone;
+  return v;
+}
+Value Value::Bool(bool b) {
+  Value v;
+  v.kind_ = Kind::kBool;
+  v.b_ = b;
+  return v;
+}
+Value Value::Int(int64_t i) {
+  Value v;
+  v.kind_ = Kind::kInt;
+  v.i_ = i;
+  return v;
+}
+Value Value::Float(double f) {
+  Value v;
+  v.kind_ = Kind::kFloat;
+  v.f_ = f;
+  return v;
+}
+Value Value::String(std::string s) {
+  Value v;
+  v.kind_ = Kind::kString;
+  v.s_ = std::move(s);
+  return v;
+}
+Value Value::MakeList(List items) {
+  Value v;
+  v.kind_ = Kind::kList;
+  v.list_ = std::make_shared<List>(std::move(items));
+  return v;
+}
+Value Value::MakeDict(Dict entries, bool is_namespace) {
+  Value v;
+  v.kind_ = Kind::kDict;
+  v.is_namespace_ = is_namespace;
+  v.dict_ = std::make_shared<Dict>(std::move(entries));
+  return v;
+}
+
+Value Value::FromJson(const nlohmann::ordered_json& json) {
+  switch (json.type()) {
+    case nlohmann::ordered_json::value_t::null: return None();
+    case nlohmann::ordered_json::value_t::boolean: return Bool(json.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Int(json.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return Int(static_cast<int64_t>(json.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_float: return Float(json.get<double>());
+    case nlohmann::ordered_json::value_t::string: return String(json.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      List items;
+      for (const auto& item : json) items.push_back(FromJson(item));
+      return MakeList(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Dict entries;
+      for (const auto& [key, item] : json.items()) entries.emplace_back(key, FromJson(item));
+      return MakeDict(std::move(entries));
+    }
+    default: return Value();
+  }
+}
+
+bool Value::Truthy() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+    case Kind::kNone: return false;
+    case Kind::kBool: return b_;
+    case Kind::kInt: return i_ != 0;
+    case Kind::kFloat: return f_ != 0.0;
+    case Kind::kString: return !s_.empty();
+    case Kind::kList: return !list_->empty();
+    case Kind::kDict: return is_namespace_ || !dict_->empty();
+  }
+  return false;
+}
+
+Value Value::Get(absl::string_view key) const {
+  if (kind_ != Kind::kDict) return Value();
+  for (const auto& [name, value] : *dict_) {
+    if (name == key) return value;
+  }
+  return Value();
+}
+
+namespace {
+
+// Errors inside the interpreter unwind the (recursive) parser and evaluator as this
+// exception; Parse and Render turn it into a Status at the boundary.
+struct JinjaError {
+  std::string message;
+};
+
+[[noreturn]] void Fail(int line, std::string message) {
+  throw JinjaError{line > 0 ? absl::StrCat(message, " (template line ", line, ")") : message};
+}
+
+// ---- UTF-8 code points, so that length, indexing and slicing count characters as Python
+// does.
+std::vector<std::string> CodePoints(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+    n = std::min(n, s.size() - i);
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+std::string FormatFloat(double f, bool python_repr) {
+  if (std::isnan(f)) return "NaN";
+  if (std::isinf(f)) return f > 0 ? "Infinity" : "-Infinity";
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), f);
+  std::string text(buffer, end);
+  if (python_repr && text.find_first_of(".en") == std::string::npos) text += ".0";
+  return text;
+}
+
+std::string Repr(const Value& value);
+
+// str(value) as Jinja prints it.
+std::string ToText(const Value& value) {
+  switch (value.kind()) {
+    case Value::Kind::kUndefined: return "";
+    case Value::Kind::kNone: return "None";
+    case Value::Kind::kBool: return value.boolean() ? "True" : "False";
+    case Value::Kind::kInt: return std::to_string(value.integer());
+    case Value::Kind::kFloat: return FormatFloat(value.number(), /*python_repr=*/true);
+    case Value::Kind::kString: return value.str();
+    default: return Repr(value);
+  }
+}
+
+std::string Repr(const Value& value) {
+  switch (value.kind()) {
+    case Value::Kind::kString: {
+      std::string out = "'";
+      for (char c : value.str()) {
+        if (c == '\'' || c == '\\') out += '\\';
+        if (c == '\n') {
+          out += "\\n";
+          continue;
+        }
+        out += c;
+      }
+      return out + "'";
+    }
+    case Value::Kind::kList: {
+      std::vector<std::string> parts;
+      for (const Value& item : value.list()) parts.push_back(Repr(item));
+      return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+    }
+    case Value::Kind::kDict: {
+      std::vector<std::string> parts;
+      for (const auto& [key, item] : value.dict()) {
+        parts.push_back(absl::StrCat(Repr(Value::String(key)), ": ", Repr(item)));
+      }
+      return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
+    }
+    default: return ToText(value);
+  }
+}
+
+void AppendJsonString(const std::string& s, std::string& out) {
+  out += '"';
+  for (char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
+          out += escaped;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  out += '"';
+}
+
+void AppendJson(const Value& value, int indent, int depth, std::string& out) {
+  const std::string item_separator = indent > 0 ? "," : ", ";
+  const std::string pad = indent > 0 ? "\n" + std::string(indent * (depth + 1), ' ') : "";
+  const std::string close_pad = indent > 0 ? "\n" + std::string(indent * depth, ' ') : "";
+  switch (value.kind()) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone: out += "null"; return;
+    case Value::Kind::kBool: out += value.boolean() ? "true" : "false"; return;
+    case Value::Kind::kInt: out += std::to_string(value.integer()); return;
+    case Value::Kind::kFloat: out += FormatFloat(value.number(), /*python_repr=*/false); return;
+    case Value::Kind::kString: AppendJsonString(value.str(), out); return;
+    case Value::Kind::kList: {
+      if (value.list().empty()) {
+        out += "[]";
+        return;
+      }
+      out += "[";
+      bool first = true;
+      for (const Value& item : value.list()) {
+        if (!first) out += item_separator;
+        first = false;
+        out += pad;
+        AppendJson(item, indent, depth + 1, out);
+      }
+      out += close_pad + "]";
+      return;
+    }
+    case Value::Kind::kDict: {
+      if (value.dict().empty()) {
+        out += "{}";
+        return;
+      }
+      out += "{";
+      bool first = true;
+      for (const auto& [key, item] : value.dict()) {
+        if (!first) out += item_separator;
+        first = false;
+        out += pad;
+        AppendJsonString(key, out);
+        out += ": ";
+        AppendJson(item, indent, depth + 1, out);
+      }
+      out += close_pad + "}";
+      return;
+    }
+  }
+}
+
+bool Equal(const Value& a, const Value& b) {
+  const bool a_num = a.kind() == Value::Kind::kInt || a.kind() == Value::Kind::kFloat ||
+                     a.kind() == Value::Kind::kBool;
+  const bool b_num = b.kind() == Value::Kind::kInt || b.kind() == Value::Kind::kFloat ||
+                     b.kind() == Value::Kind::kBool;
+  if (a_num && b_num) {
+    auto as_double = [](const Value& v) {
+      return v.kind() == Value::Kind::kBool ? (v.boolean() ? 1.0 : 0.0) : v.number();
+    };
+    return as_double(a) == as_double(b);
+  }
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone: return true;
+    case Value::Kind::kString: return a.str() == b.str();
+    case Value::Kind::kList: {
+      if (a.list().size() != b.list().size()) return false;
+      for (size_t i = 0; i < a.list().size(); ++i) {
+        if (!Equal(a.list()[i], b.list()[i])) return false;
+      }
+      return true;
+    }
+    case Value::Kind::kDict: {
+      if (a.dict().size() != b.dict().size()) return false;
+      for (const auto& [key, item] : a.dict()) {
+        if (!Equal(item, b.Get(key))) return false;
+      }
+      return true;
+    }
+    default: return false;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Lexer: the template as text runs and tags, each tag's inside as tokens.
+
+enum class TokenKind { kName, kString, kInt, kFloat, kOp, kEnd };
+
+struct Token {
+  TokenKind kind = TokenKind::kEnd;
+  std::string text;  // name, operator, or the string literal's value
+  int64_t integer = 0;
+  double number = 0.0;
+};
+
+enum class SegmentKind { kText, kOutput, kStatement };
+
+struct Segment {
+  SegmentKind kind = SegmentKind::kText;
+  std::string text;
+  std::vector<Token> tokens;
+  int line = 1;
+};
+
+int LineAt(absl::string_view source, size_t position) {
+  return 1 + static_cast<int>(std::count(source.begin(), source.begin() + position, '\n'));
+}
+
+void AppendUtf8(uint32_t code_point, std::string& out) {
+  if (code_point < 0x80) {
+    out += static_cast<char>(code_point);
+  } else if (code_point < 0x800) {
+    out += static_cast<char>(0xC0 | (code_point >> 6));
+    out += static_cast<char>(0x80 | (code_point & 0x3F));
+  } else if (code_point < 0x10000) {
+    out += static_cast<char>(0xE0 | (code_point >> 12));
+    out += static_cast<char>(0x80 | ((code_point >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (code_point & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (code_point >> 18));
+    out += static_cast<char>(0x80 | ((code_point >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((code_point >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (code_point & 0x3F));
+  }
+}
+
+std::vector<Token> Tokenize(absl::string_view code, int line) {
+  std::vector<Token> tokens;
+  size_t i = 0;
+  auto is_name_start = [](char c) { return absl::ascii_isalpha(c) || c == '_'; };
+  while (i < code.size()) {
+    const char c = code[i];
+    if (absl::ascii_isspace(c)) {
+      ++i;
+      continue;
+    }
+    Token token;
+    if (is_name_start(c)) {
+      size_t j = i;
+      while (j < code.size() && (absl::ascii_isalnum(code[j]) || code[j] == '_')) ++j;
+      token.kind = TokenKind::kName;
+      token.text = std::string(code.substr(i, j - i));
+      i = j;
+    } else if (absl::ascii_isdigit(c)) {
+      size_t j = i;
+      while (j < code.size() && absl::ascii_isdigit(code[j])) ++j;
+      bool is_float = false;
+      if (j + 1 < code.size() && code[j] == '.' && absl::ascii_isdigit(code[j + 1])) {
+        is_float = true;
+        ++j;
+        while (j < code.size() && absl::ascii_isdigit(code[j])) ++j;
+      }
+      const std::string text(code.substr(i, j - i));
+      if (is_float) {
+        token.kind = TokenKind::kFloat;
+        token.number = std::strtod(text.c_str(), nullptr);
+      } else {
+        token.kind = TokenKind::kInt;
+        token.integer = std::strtoll(text.c_str(), nullptr, 10);
+      }
+      i = j;
+    } else if (c == '\'' || c == '"') {
+      std::string value;
+      size_t j = i + 1;
+      for (; j < code.size() && code[j] != c; ++j) {
+        if (code[j] != '\\' || j + 1 >= code.size()) {
+          value += code[j];
+          continue;
+        }
+        const char e = code[++j];
+        switch (e) {
+          case 'n': value += '\n'; break;
+          case 't': value += '\t'; break;
+          case 'r': value += '\r'; break;
+          case 'b': value += '\b'; break;
+          case 'f': value += '\f'; break;
+          case '\\': value += '\\'; break;
+          case '\'': value += '\''; break;
+          case '"': value += '"'; break;
+          case 'u':
+            if (j + 4 < code.size()) {
+              uint32_t code_point = 0;
+              const std::string hex(code.substr(j + 1, 4));
+              auto [end, ec] = std::from_chars(hex.data(), hex.data() + 4, code_point, 16);
+              if (ec == std::errc() && end == hex.data() + 4) {
+                AppendUtf8(code_point, value);
+                j += 4;
+                break;
+              }
+            }
+            [[fallthrough]];
+          default:
+            value += '\\';
+            value += e;
+        }
+      }
+      if (j >= code.size()) Fail(line, "a string literal is not closed");
+      token.kind = TokenKind::kString;
+      token.text = std::move(value);
+      i = j + 1;
+    } else {
+      static constexpr const char* kTwo[] = {"**", "//", "==", "!=", "<=", ">="};
+      token.kind = TokenKind::kOp;
+      for (const char* op : kTwo) {
+        if (code.substr(i, 2) == op) token.text = op;
+      }
+      if (token.text.empty()) {
+        if (std::string("+-*/%~<>()[]{}.,:|=").find(c) == std::string::npos) {
+          Fail(line, absl::StrCat("unexpected character '", std::string(1, c), "'"));
+        }
+        token.text = std::string(1, c);
+      }
+      i += token.text.size();
+    }
+    tokens.push_back(std::move(token));
+  }
+  tokens.push_back(Token{});
+  return tokens;
+}
+
+// Where the tag that opens at `open` (just after "{{", "{%" or "{#") closes: the index of
+// its closing delimiter, skipping string literals.
+size_t FindClose(absl::string_view source, size_t open, char kind) {
+  if (kind == '#') {
+    const size_t close = source.find("#}", open);
+    return close;
+  }
+  const char closer = kind == '{' ? '}' : '%';
+  char quote = 0;
+  for (size_t i = open; i + 1 < source.size(); ++i) {
+    const char c = source[i];
+    if (quote != 0) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == quote) {
+        quote = 0;
+      }
+      continue;
+    }
+    if (c == '\'' || c == '"') {
+      quote = c;
+    } else if (c == closer && source[i + 1] == '}') {
+      return i;
+    }
+  }
+  return absl::string_view::npos;
+}
+
+std::vector<Segment> Lex(absl::string_view input) {
+  std::string source(input);
+  if (!source.empty() && source.back() == '\n') source.pop_back();  // keep_trailing_newline=False
+  std::vector<Segment> segments;
+  std::string text;
+  bool strip_next_whitespace = false;  // the previous tag ended with "-"
+  bool strip_next_newline = false;     // trim_blocks after a block or comment tag
+  size_t i = 0;
+  auto flush_text = [&](int line) {
+    if (!text.empty()) segments.push_back(Segment{SegmentKind::kText, std::move(text), {}, line});
+    text.clear();
+  };
+  while (i < source.size()) {
+    const size_t open = source.find('{', i);
+    const bool is_tag = open != std::string::npos && open + 1 < source.size() &&
+                        (source[open + 1] == '{' || source[open + 1] == '%' ||
+                         source[open + 1] == '#');
+    const size_t stop = open == std::string::npos ? source.size() : (is_tag ? open : open + 1);
+    std::string chunk = source.substr(i, stop - i);
+    if (strip_next_whitespace) {
+      size_t k = 0;
+      while (k < chunk.size() && absl::ascii_isspace(chunk[k])) ++k;
+      chunk.erase(0, k);
+      strip_next_whitespace = false;
+    }
+    if (strip_next_newline) {
+      if (!chunk.empty() && chunk[0] == '\n') chunk.erase(0, 1);
+      strip_next_newline = false;
+    }
+    text += chunk;
+    i = stop;
+    if (!is_tag) continue;
+    strip_next_whitespace = false;
+    const char kind = source[open + 1];
+    size_t inner = open + 2;
+    bool strip_before = false;
+    bool keep_before = false;
+    if (inner < source.size() && source[inner] == '-') {
+      strip_before = true;
+      ++inner;
+    } else if (inner < source.size() && source[inner] == '+') {
+      keep_before = true;
+      ++inner;
+    }
+    const int line = LineAt(source, open);
+    const size_t close = FindClose(source, inner, kind);
+    if (close == std::string::npos) {
+      Fail(line, kind == '#' ? "a comment is not closed with #}"
+                             : absl::StrCat("a tag is not closed with ", kind == '{' ? "}}" : "%}"));
+    }
+    size_t inner_end = close;
+    bool strip_after = false;
+    bool keep_after = false;
+    if (inner_end > inner && source[inner_end - 1] == '-') {
+      strip_after = true;
+      --inner_end;
+    } else if (inner_end > inner && source[inner_end - 1] == '+' && kind != '{') {
+      keep_after = true;
+      --inner_end;
+    }
+    // The text before the tag: "-" strips all its trailing whitespace; lstrip_blocks
+    // strips the spaces and tabs between a line's start and a block or comment tag.
+    if (strip_before) {
+      while (!text.empty() && absl::ascii_isspace(text.back())) text.pop_back();
+    } else if (kind != '{' && !keep_before) {
+      size_t j = open;
+      while (j > 0 && (source[j - 1] == ' ' || source[j - 1] == '\t')) --j;
+      if (j == 0 || source[j - 1] == '\n') {
+        while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.pop_back();
+      }
+    }
+    flush_text(line);
+    const absl::string_view body = absl::string_view(source).substr(inner, inner_end - inner);
+    if (kind == '{') {
+      segments.push_back(Segment{SegmentKind::kOutput, std::string(body), Tokenize(body, line), line});
+    } else if (kind == '%') {
+      segments.push_back(
+          Segment{SegmentKind::kStatement, std::string(body), Tokenize(body, line), line});
+    }
+    i = close + 2;
+    if (strip_after) strip_next_whitespace = true;
+    if (kind != '{' && !strip_after && !keep_after) strip_next_newline = true;
+  }
+  flush_text(LineAt(source, source.size()));
+  return segments;
+}
+
+// ---------------------------------------------------------------------------------------
+// Syntax tree
+
+struct Expr;
+using ExprPtr = std::shared_ptr<const Expr>;
+
+enum class ExprKind {
+  kLiteral, kName, kList, kDict, kTuple, kAttr, kIndex, kSlice, kCall, kFilter, kTest,
+  kUnary, kBinary, kCond
+};
+
+struct Expr {
+  ExprKind kind = ExprKind::kLiteral;
+  int line = 0;
+  Value literal;
+  std::string name;  // kName, kAttr, kCall (function or method), kFilter, kTest, operators
+  std::vector<ExprPtr> args;
+  std::vector<std::pair<std::string, ExprPtr>> kwargs;
+  bool negated = false;  // kTest: "is not"
+  bool method = false;   // kCall: args[0] is the object whose method is called
+};
+
+enum class StmtKind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kBreak, kContinue };
+
+struct Stmt;
+using Body = std::vector<std::shared_ptr<const Stmt>>;
+
+struct Stmt {
+  StmtKind kind = StmtKind::kText;
+  int line = 0;
+  std::string text;                // kText
+  ExprPtr expr;                    // kOutput, kSet value, kFor iterable
+  std::vector<ExprPtr> conditions;  // kIf: one per branch
+  std::vector<Body> branches;      // kIf: one per condition, then the else body (if any)
+  std::vector<std::string> targets;  // kFor loop variables; kSet: name (and attribute)
+  ExprPtr filter;                  // kFor: "if" after the iterable
+  Body body;
+  Body else_body;
+};
+
+}  // namespace
+
+struct Node {
+  Body body;
+};
+
+namespace {
+
+const absl::flat_hash_set<std::string>& KnownFilters() {
+  static const auto* filters = new absl::flat_hash_set<std::string>{
+      "trim", "tojson", "length", "count", "first", "last", "join", "upper", "lower", "replace",
+      "default", "d", "string", "list", "int", "float", "capitalize", "title", "items", "abs"};
+  return *filters;
+}
+const absl::flat_hash_set<std::string>& KnownTests() {
+  static const auto* tests = new absl::flat_hash_set<std::string>{
+      "defined", "undefined", "none", "boolean", "true", "false", "string", "number", "integer",
+      "float", "mapping", "iterable", "sequence", "odd", "even", "divisibleby", "eq", "equalto",
+      "ne", "in"};
+  return *tests;
+}
+const absl::flat_hash_set<std::string>& KnownFunctions() {
+  static const auto* functions =
+      new absl::flat_hash_set<std::string>{"raise_exception", "namespace", "range", "dict"};
+  return *functions;
+}
+const absl::flat_hash_set<std::string>& KnownMethods() {
+  static const auto* methods = new absl::flat_hash_set<std::string>{
+      "strip", "lstrip", "rstrip", "split", "startswith", "endswith", "upper", "lower",
+      "replace", "title", "capitalize", "items", "keys", "values", "get"};
+  return *methods;
+}
+
+// Statements that real templates sometimes use and this interpreter does not implement.
+const absl::flat_hash_set<std::string>& UnsupportedStatements() {
+  static const auto* statements = new absl::flat_hash_set<std::string>{
+      "macro", "call", "filter", "block", "extends", "include", "import", "from", "with",
+      "raw", "autoescape", "do", "trans"};
+  return *statements;
+}
+
+class ExprParser {
+ public:
+  ExprParser(const std::vector<Token>& tokens, int line) : tokens_(tokens), line_(line) {}
+
+  ExprPtr ParseExpression() {
+    ExprPtr value = ParseOr();
+    if (PeekName("if")) {
+      Next();
+      auto cond = std::make_shared<Expr>();
+      cond->kind = ExprKind::kCond;
+      cond->line = line_;
+      ExprPtr test = ParseOr();
+      ExprPtr otherwise;
+      if (PeekName("else")) {
+        Next();
+        otherwise = ParseExpression();
+      }
+      cond->args = {value, test, otherwise};
+      return cond;
+    }
+    return value;
+  }
+
+  // A comma-separated list of expressions without brackets is a tuple (for x in a, b).
+  ExprPtr ParseOr() {
+    ExprPtr left = ParseAnd();
+    while (PeekName("or")) {
+      Next();
+      left = Binary("or", left, ParseAnd());
+    }
+    return left;
+  }
+
+  const Token& Peek(size_t ahead = 0) const {
+    return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
+  }
+  bool PeekName(absl::string_view name, size_t ahead = 0) const {
+    return Peek(ahead).kind == TokenKind::kName && Peek(ahead).text == name;
+  }
+  bool PeekOp(absl::string_view op, size_t ahead = 0) const {
+    return Peek(ahead).kind == TokenKind::kOp && Peek(ahead).text == op;
+  }
+  const Token& Next() { return tokens_[std::min(pos_++, tokens_.size() - 1)]; }
+  bool AtEnd() const { return Peek().kind == TokenKind::kEnd; }
+  void ExpectOp(absl::string_view op) {
+    if (!PeekOp(op)) Fail(line_, absl::StrCat("expected '", op, "', found ", Describe(Peek())));
+    Next();
+  }
+  std::string ExpectName() {
+    if (Peek().kind != TokenKind::kName) {
+      Fail(line_, absl::StrCat("expected a name, found ", Describe(Peek())));
+    }
+    return Next().text;
+  }
+  void ExpectEnd() {
+    if (!AtEnd()) Fail(line_, absl::StrCat("unexpected ", Describe(Peek())));
+  }
+  static std::string Describe(const Token& token) {
+    switch (token.kind) {
+      case TokenKind::kEnd: return "the end of the tag";
+      case TokenKind::kString: return absl::StrCat("string '", token.text, "'");
+      default: return absl::StrCat("'", token.text.empty() ? std::to_string(token.integer) : token.text, "'");
+    }
+  }
+
+ private:
+  ExprPtr Binary(const std::string& op, ExprPtr a, ExprPtr b) {
+    auto e = std::make_shared<Expr>();
+    e->kind = ExprKind::kBinary;
+    e->line = line_;
+    e->name = op;
+    e->args = {std::move(a), std::move(b)};
+    return e;
+  }
+  ExprPtr Unary(const std::string& op, ExprPtr a) {
+    auto e = std::make_shared<Expr>();
+    e->kind = ExprKind::kUnary;
+    e->line = line_;
+    e->name = op;
+    e->args = {std::move(a)};
+    return e;
+  }
+
+  ExprPtr ParseAnd() {
+    ExprPtr left = ParseNot();
+    while (PeekName("and")) {
+      Next();
+      left = Binary("and", left, ParseNot());
+    }
+    return left;
+  }
+  ExprPtr ParseNot() {
+    if (PeekName("not")) {
+      Next();
+      return Unary("not", ParseNot());
+    }
+    return ParseCompare();
+  }
+  ExprPtr ParseCompare() {
+    ExprPtr left = ParseMath1();
+    for (;;) {
+      const Token& t = Peek();
+      if (t.kind == TokenKind::kOp &&
+          (t.text == "==" || t.text == "!=" || t.text == "<" || t.text == "<=" ||
+           t.text == ">" || t.text == ">=")) {
+        const std::string op = Next().text;
+        left = Binary(op, left, ParseMath1());
+      } else if (PeekName("in")) {
+        Next();
+        left = Binary("in", left, ParseMath1());
+      } else if (PeekName("not") && PeekName("in", 1)) {
+        Next();
+        Next();
+        left = Unary("not", Binary("in", left, ParseMath1()));
+      } else {
+        return left;
+      }
+    }
+  }
+  ExprPtr ParseMath1() {
+    ExprPtr left = ParseConcat();
+    while (PeekOp("+") || PeekOp("-")) {
+      const std::string op = Next().text;
+      left = Binary(op, left, ParseConcat());
+    }
+    return left;
+  }
+  ExprPtr ParseConcat() {
+    ExprPtr left = ParseMath2();
+    while (PeekOp("~")) {
+      Next();
+      left = Binary("~", left, ParseMath2());
+    }
+    return left;
+  }
+  ExprPtr ParseMath2() {
+    ExprPtr left = ParsePow();
+    while (PeekOp("*") || PeekOp("/") || PeekOp("//") || PeekOp("%")) {
+      const std::string op = Next().text;
+      left = Binary(op, left, ParsePow());
+    }
+    return left;
+  }
+  ExprPtr ParsePow() {
+    ExprPtr left = ParseUnary(true);
+    while (PeekOp("**")) {
+      Next();
+      left = Binary("**", left, ParseUnary(true));
+    }
+    return left;
+  }
+  ExprPtr ParseUnary(bool with_filter) {
+    ExprPtr node;
+    if (PeekOp("-") || PeekOp("+")) {
+      const std::string op = Next().text;
+      node = Unary(op, ParseUnary(false));
+    } else {
+      node = ParsePostfix(ParsePrimary());
+    }
+    if (with_filter) node = ParseFilterAndTests(node);
+    return node;
+  }
+
+  ExprPtr ParsePrimary() {
+    const Token token = Next();
+    auto e = std::make_shared<Expr>();
+    e->line = line_;
+    switch (token.kind) {
+      case TokenKind::kName:
+        if (token.text == "true" || token.text == "True") {
+          e->literal = Value::Bool(true);
+        } else if (token.text == "false" || token.text == "False") {
+          e->literal = Value::Bool(false);
+        } else if (token.text == "none" || token.text == "None") {
+          e->literal = Value::None();
+        } else {
+          e->kind = ExprKind::kName;
+          e->name = token.text;
+        }
+        return e;
+      case TokenKind::kString: {
+        std::string text = token.text;
+        while (Peek().kind == TokenKind::kString) text += Next().text;  // "a" "b"
+        e->literal = Value::String(std::move(text));
+        return e;
+      }
+      case TokenKind::kInt: e->literal = Value::Int(token.integer); return e;
+      case TokenKind::kFloat: e->literal = Value::Float(token.number); return e;
+      case TokenKind::kOp:
+        if (token.text == "(") {
+          if (PeekOp(")")) {
+            Next();
+            e->kind = ExprKind::kTuple;
+            return e;
+          }
+          ExprPtr first = ParseExpression();
+          if (!PeekOp(",")) {
+            ExpectOp(")");
+            return first;
+          }
+          e->kind = ExprKind::kTuple;
+          e->args.push_back(first);
+          while (PeekOp(",")) {
+            Next();
+            if (PeekOp(")")) break;
+            e->args.push_back(ParseExpression());
+          }
+          ExpectOp(")");
+          return e;
+        }
+        if (token.text == "[") {
+          e->kind = ExprKind::kList;
+          while (!PeekOp("]")) {
+            e->args.push_back(ParseExpression());
+            if (!PeekOp(",")) break;
+            Next();
+          }
+          ExpectOp("]");
+          return e;
+        }
+        if (token.text == "{") {
+          e->kind = ExprKind::kDict;
+          while (!PeekOp("}")) {
+            ExprPtr key = ParseExpression();
+            ExpectOp(":");
+            e->args.push_back(key);
+            e->args.push_back(ParseExpression());
+            if (!PeekOp(",")) break;
+            Next();
+          }
+          ExpectOp("}");
+          return e;
+        }
+        break;
+      default: break;
+    }
+    Fail(line_, absl::StrCat("unexpected ", Describe(token), " in an expression"));
+  }
+
+  void ParseArguments(Expr& call) {
+    ExpectOp("(");
+    while (!PeekOp(")")) {
+      if (Peek().kind == TokenKind::kName && PeekOp("=", 1)) {
+        const std::string key = Next().text;
+        Next();
+        call.kwargs.emplace_back(key, ParseExpression());
+      } else {
+        call.args.push_back(ParseExpression());
+      }
+      if (!PeekOp(",")) break;
+      Next();
+    }
+    ExpectOp(")");
+  }
+
+  ExprPtr ParsePostfix(ExprPtr node) {
+    for (;;) {
+      if (PeekOp(".")) {
+        Next();
+        auto e = std::make_shared<Expr>();
+        e->kind = ExprKind::kAttr;
+        e->line = line_;
+        if (Peek().kind == TokenKind::kInt) {  // foo.0 is foo[0]
+          auto index = std::make_shared<Expr>();
+          index->literal = Value::Int(Next().integer);
+          e->kind = ExprKind::kIndex;
+          e->args = {node, index};
+        } else {
+          e->name = ExpectName();
+          e->args = {node};
+        }
+        node = e;
+      } else if (PeekOp("[")) {
+        Next();
+        ExprPtr parts[3];
+        int colons = 0;
+        while (!PeekOp("]")) {
+          if (PeekOp(":")) {
+            Next();
+            if (++colons > 2) Fail(line_, "a slice has at most two ':'");
+            continue;
+          }
+          if (parts[colons] != nullptr) Fail(line_, "expected ':' or ']' in a subscript");
+          parts[colons] = ParseExpression();
+        }
+        ExpectOp("]");
+        auto e = std::make_shared<Expr>();
+        e->line = line_;
+        if (colons == 0) {
+          if (parts[0] == nullptr) Fail(line_, "an empty subscript []");
+          e->kind = ExprKind::kIndex;
+          e->args = {node, parts[0]};
+        } else {
+          e->kind = ExprKind::kSlice;
+          e->args = {node, parts[0], parts[1], parts[2]};
+        }
+        node = e;
+      } else if (PeekOp("(")) {
+        auto e = std::make_shared<Expr>();
+        e->kind = ExprKind::kCall;
+        e->line = line_;
+        if (node->kind == ExprKind::kName) {
+          if (!KnownFunctions().contains(node->name)) {
+            Fail(line_, absl::StrCat("the function '", node->name,
+                                     "' is not supported by coil's chat template interpreter"));
+          }
+          e->name = node->name;
+        } else if (node->kind == ExprKind::kAttr) {
+          if (!KnownMethods().contains(node->name)) {
+            Fail(line_, absl::StrCat("the method '", node->name,
+                                     "' is not supported by coil's chat template interpreter"));
+          }
+          e->name = node->name;
+          e->method = true;
+          e->args.push_back(node->args[0]);  // the object; arguments follow
+        } else {
+          Fail(line_, "only functions and methods can be called");
+        }
+        ParseArguments(*e);
+        node = e;
+      } else {
+        return node;
+      }
+    }
+  }
+
+  ExprPtr ParseFilterAndTests(ExprPtr node) {
+    for (;;) {
+      if (PeekOp("|")) {
+        Next();
+        auto e = std::make_shared<Expr>();
+        e->kind = ExprKind::kFilter;
+        e->line = line_;
+        e->name = ExpectName();
+        if (!KnownFilters().contains(e->name)) {
+          Fail(line_, absl::StrCat("the filter '", e->name,
+                                   "' is not supported by coil's chat template interpreter"));
+        }
+        e->args.push_back(node);
+        if (PeekOp("(")) ParseArguments(*e);
+        node = e;
+      } else if (PeekName("is")) {
+        Next();
+        auto e = std::make_shared<Expr>();
+        e->kind = ExprKind::kTest;
+        e->line = line_;
+        if (PeekName("not")) {
+          Next();
+          e->negated = true;
+        }
+        // "is none", "is true", "is false": the literals are test names here.
+        const Token& name = Next();
+        if (name.kind != TokenKind::kName) Fail(line_, "expected a test name after 'is'");
+        e->name = absl::AsciiStrToLower(name.text);
+        if (!KnownTests().contains(e->name)) {
+          Fail(line_, absl::StrCat("the test '", name.text,
+                                   "' is not supported by coil's chat template interpreter"));
+        }
+        e->args.push_back(node);
+        if (PeekOp("(")) {
+          ParseArguments(*e);
+        } else if (Peek().kind == TokenKind::kString || Peek().kind == TokenKind::kInt ||
+                   Peek().kind == TokenKind::kFloat ||
+                   (Peek().kind == TokenKind::kName && !PeekName("and") && !PeekName("or") &&
+                    !PeekName("if") && !PeekName("else") && !PeekName("is") && !PeekName("in") &&
+                    !PeekName("not"))) {
+          e->args.push_back(ParsePostfix(ParsePrimary()));  // "is divisibleby 3"
+        }
+        node = e;
+      } else {
+        return node;
+      }
+    }
+  }
+
+  const std::vector<Token>& tokens_;
+  size_t pos_ = 0;
+  int line_;
+};
+
+// Builds the statement tree from the segments.
+class StatementParser {
+ public:
+  explicit StatementParser(std::vector<Segment> segments) : segments_(std::move(segments)) {}
+
+  Body ParseAll() {
+    Body body = ParseBody({});
+    if (pos_ < segments_.size()) {
+      Fail(segments_[pos_].line, absl::StrCat("unexpected '{% ", Keyword(segments_[pos_]), " %}'"));
+    }
+    return body;
+  }
+
+ private:
+  static std::string Keyword(const Segment& segment) {
+    const Token& first = segment.tokens.front();
+    return first.kind == TokenKind::kName ? first.text : std::string();
+  }
+
+  // Parses statements until a statement whose keyword is in `ends` (left unconsumed) or the
+  // end of the template.
+  Body ParseBody(const std::vector<std::string>& ends) {
+    Body body;
+    while (pos_ < segments_.size()) {
+      const Segment& segment = segments_[pos_];
+      if (segment.kind == SegmentKind::kText) {
+        auto stmt = std::make_shared<Stmt>();
+        stmt->kind = StmtKind::kText;
+        stmt->text = segment.text;
+        body.push_back(stmt);
+        ++pos_;
+        continue;
+      }
+      if (segment.kind == SegmentKind::kOutput) {
+        ExprParser parser(segment.tokens, segment.line);
+        auto stmt = std::make_shared<Stmt>();
+        stmt->kind = StmtKind::kOutput;
+        stmt->line = segment.line;
+        stmt->expr = parser.ParseExpression();
+        parser.ExpectEnd();
+        body.push_back(stmt);
+        ++pos_;
+        continue;
+      }
+      const std::string keyword = Keyword(segment);
+      if (std::find(ends.begin(), ends.end(), keyword) != ends.end()) return body;
+      if (auto stmt = ParseStatement(keyword)) body.push_back(stmt);
+    }
+    if (!ends.empty()) {
+      Fail(open_line_, absl::StrCat("'{% ", ends.back(), " %}' is missing"));
+    }
+    return body;
+  }
+
+  std::shared_ptr<const Stmt> ParseStatement(const std::string& keyword) {
+    const Segment& segment = segments_[pos_];
+    const int line = segment.line;
+    ExprParser parser(segment.tokens, line);
+    if (keyword.empty()) Fail(line, "a statement must start with a keyword");
+    parser.Next();  // the keyword
+    auto stmt = std::make_shared<Stmt>();
+    stmt->line = line;
+    if (keyword == "if") {
+      stmt->kind = StmtKind::kIf;
+      stmt->conditions.push_back(parser.ParseExpression());
+      parser.ExpectEnd();
+      ++pos_;
+      const int saved = open_line_;
+      open_line_ = line;
+      for (;;) {
+        stmt->branches.push_back(ParseBody({"elif", "else", "endif"}));
+        const Segment& end = segments_[pos_];
+        const std::string which = Keyword(end);
+        ExprParser end_parser(end.tokens, end.line);
+        end_parser.Next();
+        ++pos_;
+        if (which == "elif") {
+          stmt->conditions.push_back(end_parser.ParseExpression());
+          end_parser.ExpectEnd();
+          continue;
+        }
+        end_parser.ExpectEnd();
+        if (which == "else") {
+          stmt->branches.push_back(ParseBody({"endif"}));
+          ExprParser endif(segments_[pos_].tokens, segments_[pos_].line);
+          endif.Next();
+          endif.ExpectEnd();
+          ++pos_;
+        }
+        break;
+      }
+      open_line_ = saved;
+      return stmt;
+    }
+    if (keyword == "for") {
+      stmt->kind = StmtKind::kFor;
+      stmt->targets.push_back(parser.ExpectName());
+      while (parser.PeekOp(",")) {
+        parser.Next();
+        stmt->targets.push_back(parser.ExpectName());
+      }
+      if (!parser.PeekName("in")) Fail(line, "expected 'in' in a for loop");
+      parser.Next();
+      stmt->expr = parser.ParseOr();
+      if (parser.PeekName("if")) {
+        parser.Next();
+        stmt->filter = parser.ParseOr();
+      }
+      if (parser.PeekName("recursive")) Fail(line, "recursive for loops are not supported");
+      parser.ExpectEnd();
+      ++pos_;
+      const int saved = open_line_;
+      open_line_ = line;
+      stmt->body = ParseBody({"else", "endfor"});
+      if (Keyword(segments_[pos_]) == "else") {
+        ++pos_;
+        stmt->else_body = ParseBody({"endfor"});
+      }
+      ++pos_;  // endfor
+      open_line_ = saved;
+      return stmt;
+    }
+    if (keyword == "set") {
+      stmt->targets.push_back(parser.ExpectName());
+      if (parser.PeekOp(".")) {
+        parser.Next();
+        stmt->targets.push_back(parser.ExpectName());
+      }
+      if (parser.PeekOp(",")) Fail(line, "'{% set a, b = ... %}' (tuple unpacking) is not supported");
+      if (parser.AtEnd()) {
+        if (stmt->targets.size() != 1) Fail(line, "a set block assigns a plain name");
+        stmt->kind = StmtKind::kSetBlock;
+        ++pos_;
+        const int saved = open_line_;
+        open_line_ = line;
+        stmt->body = ParseBody({"endset"});
+        ++pos_;
+        open_line_ = saved;
+        return stmt;
+      }
+      stmt->kind = StmtKind::kSet;
+      parser.ExpectOp("=");
+      stmt->expr = parser.ParseExpression();
+      if (parser.PeekOp(",")) Fail(line, "'{% set x = a, b %}' (a bare tuple) is not supported");
+      parser.ExpectEnd();
+      ++pos_;
+      return stmt;
+    }
+    if (keyword == "break" || keyword == "continue") {
+      parser.ExpectEnd();
+      stmt->kind = keyword == "break" ? StmtKind::kBreak : StmtKind::kContinue;
+      ++pos_;
+      return stmt;
+    }
+    if (keyword == "generation" || keyword == "endgeneration") {
+      // transformers' marker for assistant tokens: no output of its own.
+      parser.ExpectEnd();
+      ++pos_;
+      return nullptr;
+    }
+    if (UnsupportedStatements().contains(keyword)) {
+      Fail(line, absl::StrCat("'{% ", keyword,
+                              " %}' is not supported by coil's chat template interpreter"));
+    }
+    Fail(line, absl::StrCat("unexpected '{% ", keyword, " %}'"));
+  }
+
+  std::vector<Segment> segments_;
+  size_t pos_ = 0;
+  int open_line_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------
+// Evaluation
+
+constexpr int64_t kMaxIterations = 1'000'000;
+constexpr size_t kMaxOutputBytes = 64 << 20;
+
+enum class Flow { kNormal, kBreak, kContinue };
+
+class Evaluator {
+ public:
+  explicit Evaluator(const Value::Dict& globals) {
+    scopes_.emplace_back();
+    for (const auto& [name, value] : globals) scopes_.back()[name] = value;
+  }
+
+  std::string output;
+
+  Flow Run(const Body& body) {
+    for (const auto& stmt : body) {
+      const Flow flow = Execute(*stmt);
+      if (flow != Flow::kNormal) return flow;
+    }
+    return Flow::kNormal;
+  }
+
+ private:
+  Value Lookup(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end()) return found->second;
+    }
+    return Value();
+  }
+
+  void Emit(const std::string& text, int line) {
+    output += text;
+    if (output.size() > kMaxOutputBytes) Fail(line, "the template's output passed 64 MiB");
+  }
+
+  Flow Execute(const Stmt& stmt) {
+    switch (stmt.kind) {
+      case StmtKind::kText: Emit(stmt.text, stmt.line); return Flow::kNormal;
+      case StmtKind::kOutput: Emit(ToText(Eval(*stmt.expr)), stmt.line); return Flow::kNormal;
+      case StmtKind::kIf:
+        for (size_t i = 0; i < stmt.conditions.size(); ++i) {
+          if (Eval(*stmt.conditions[i]).Truthy()) return Run(stmt.branches[i]);
+        }
+        if (stmt.branches.size() > stmt.conditions.size()) return Run(stmt.branches.back());
+        return Flow::kNormal;
+      case StmtKind::kSet: {
+        Value value = Eval(*stmt.expr);
+        if (stmt.targets.size() == 1) {
+          scopes_.back()[stmt.targets[0]] = std::move(value);
+          return Flow::kNormal;
+        }
+        const Value ns = Lookup(stmt.targets[0]);
+        if (!ns.is_namespace()) {
+          Fail(stmt.line, absl::StrCat("'", stmt.targets[0], "' is not a namespace(); only a "
+                                       "namespace's attributes can be set"));
+        }
+        for (auto& [key, item] : ns.mutable_dict()) {
+          if (key == stmt.targets[1]) {
+            item = std::move(value);
+            return Flow::kNormal;
+          }
+        }
+        ns.mutable_dict().emplace_back(stmt.targets[1], std::move(value));
+        return Flow::kNormal;
+      }
+      case StmtKind::kSetBlock: {
+        std::string saved = std::move(output);
+        output.clear();
+        Run(stmt.body);
+        std::string captured = std::move(output);
+        output = std::move(saved);
+        scopes_.back()[stmt.targets[0]] = Value::String(std::move(captured));
+        return Flow::kNormal;
+      }
+      case StmtKind::kFor: return ExecuteFor(stmt);
+      case StmtKind::kBreak: return Flow::kBreak;
+      case StmtKind::kContinue: return Flow::kContinue;
+    }
+    return Flow::kNormal;
+  }
+
+  std::vector<Value> Iterate(const Value& value, int line) {
+    switch (value.kind()) {
+      case Value::Kind::kList: return value.list();
+      case Value::Kind::kDict: {
+        std::vector<Value> keys;
+        for (const auto& [key, item] : value.dict()) keys.push_back(Value::String(key));
+        return keys;
+      }
+      case Value::Kind::kString: {
+        std::vector<Value> chars;
+        for (std::string& c : CodePoints(value.str())) chars.push_back(Value::String(std::move(c)));
+        return chars;
+      }
+      case Value::Kind::kUndefined:
+      case Value::Kind::kNone: return {};
+      default: Fail(line, absl::StrCat("cannot loop over ", Repr(value)));
+    }
+  }
+
+  void Bind(const std::vector<std::string>& targets, const Value& item, int line) {
+    auto& scope = scopes_.back();
+    if (targets.size() == 1) {
+      scope[targets[0]] = item;
+      return;
+    }
+    if (item.kind() != Value::Kind::kList || item.list().size() != targets.size()) {
+      Fail(line, absl::StrCat("cannot unpack ", Repr(item), " into ", targets.size(), " names"));
+    }
+    for (size_t i = 0; i < targets.size(); ++i) scope[targets[i]] = item.list()[i];
+  }
+
+  Flow ExecuteFor(const Stmt& stmt) {
+    std::vector<Value> items = Iterate(Eval(*stmt.expr), stmt.line);
+    if (stmt.filter != nullptr) {
+      std::vector<Value> kept;
+      for (const Value& item : items) {
+        scopes_.emplace_back();
+        Bind(stmt.targets, item, stmt.line);
+        const bool keep = Eval(*stmt.filter).Truthy();
+        scopes_.pop_back();
+        if (keep) kept.push_back(item);
+      }
+      items = std::move(kept);
+    }
+    if (items.empty()) {
+      Run(stmt.else_body);
+      return Flow::kNormal;
+    }
+    const int64_t n = static_cast<int64_t>(items.size());
+    for (int64_t i = 0; i < n; ++i) {
+      if (++iterations_ > kMaxIterations) Fail(stmt.line, "the template looped more than a million times");
+      scopes_.emplace_back();
+      Value::Dict loop = {{"index", Value::Int(i + 1)},
+                          {"index0", Value::Int(i)},
+                          {"revindex", Value::Int(n - i)},
+                          {"revindex0", Value::Int(n - i - 1)},
+                          {"first", Value::Bool(i == 0)},
+                          {"last", Value::Bool(i == n - 1)},
+                          {"length", Value::Int(n)},
+                          {"previtem", i > 0 ? items[i - 1] : Value()},
+                          {"nextitem", i + 1 < n ? items[i + 1] : Value()}};
+      scopes_.back()["loop"] = Value::MakeDict(std::move(loop));
+      Bind(stmt.targets, items[i], stmt.line);
+      const Flow flow = Run(stmt.body);
+      scopes_.pop_back();
+      if (flow == Flow::kBreak) break;
+    }
+    return Flow::kNormal;
+  }
+
+  static int64_t ToIndex(const Value& value, int line) {
+    if (value.kind() == Value::Kind::kInt) return value.integer();
+    if (value.kind() == Value::Kind::kBool) return value.boolean() ? 1 : 0;
+    Fail(line, absl::StrCat("an index must be an integer, not ", Repr(value)));
+  }
+
+  Value Index(const Value& object, const Value& key, int line) {
+    switch (object.kind()) {
+      case Value::Kind::kDict:
+        if (key.kind() == Value::Kind::kString) return object.Get(key.str());
+        return Value();
+      case Value::Kind::kList: {
+        int64_t i = ToIndex(key, line);
+        const int64_t n = static_cast<int64_t>(object.list().size());
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) return Value();
+        return object.list()[i];
+      }
+      case Value::Kind::kString: {
+        const std::vector<std::string> chars = CodePoints(object.str());
+        int64_t i = ToIndex(key, line);
+        const int64_t n = static_cast<int64_t>(chars.size());
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) return Value();
+        return Value::String(chars[i]);
+      }
+      default: return Value();
+    }
+  }
+
+  Value Slice(const Value& object, const Value& start_v, const Value& stop_v, const Value& step_v,
+              int line) {
+    std::vector<Value> items;
+    bool is_string = false;
+    if (object.kind() == Value::Kind::kList) {
+      items = object.list();
+    } else if (object.kind() == Value::Kind::kString) {
+      is_string = true;
+      for (std::string& c : CodePoints(object.str())) items.push_back(Value::String(std::move(c)));
+    } else {
+      Fail(line, absl::StrCat("cannot slice ", Repr(object)));
+    }
+    const int64_t n = static_cast<int64_t>(items.size());
+    const int64_t step = step_v.is_undefined() || step_v.kind() == Value::Kind::kNone
+                             ? 1 : ToIndex(step_v, line);
+    if (step == 0) Fail(line, "a slice step cannot be zero");
+    auto clamp = [&](const Value& v, int64_t fallback) {
+      if (v.is_undefined() || v.kind() == Value::Kind::kNone) return fallback;
+      int64_t i = ToIndex(v, line);
+      if (i < 0) i += n;
+      if (step > 0) return std::clamp<int64_t>(i, 0, n);
+      return std::clamp<int64_t>(i, -1, n - 1);
+    };
+    const int64_t start = clamp(start_v, step > 0 ? 0 : n - 1);
+    const int64_t stop = clamp(stop_v, step > 0 ? n : -1);
+    std::vector<Value> out;
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(items[i]);
+    if (!is_string) return Value::MakeList(std::move(out));
+    std::string text;
+    for (const Value& c : out) text += c.str();
+    return Value::String(std::move(text));
+  }
+
+  Value Eval(const Expr& e) {
+    switch (e.kind) {
+      case ExprKind::kLiteral: return e.literal;
+      case ExprKind::kName: return Lookup(e.name);
+      case ExprKind::kList:
+      case ExprKind::kTuple: {
+        Value::List items;
+        for (const auto& arg : e.args) items.push_back(Eval(*arg));
+        return Value::MakeList(std::move(items));
+      }
+      case ExprKind::kDict: {
+        Value::Dict entries;
+        for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+          const Value key = Eval(*e.args[i]);
+          if (key.kind() != Value::Kind::kString) Fail(e.line, "dict keys must be strings");
+          entries.emplace_back(key.str(), Eval(*e.args[i + 1]));
+        }
+        return Value::MakeDict(std::move(entries));
+      }
+      case ExprKind::kAttr: return Index(Eval(*e.args[0]), Value::String(e.name), e.line);
+      case ExprKind::kIndex: return Index(Eval(*e.args[0]), Eval(*e.args[1]), e.line);
+      case ExprKind::kSlice: {
+        auto part = [&](int i) { return e.args[i] ? Eval(*e.args[i]) : Value(); };
+        return Slice(Eval(*e.args[0]), part(1), part(2), part(3), e.line);
+      }
+      case ExprKind::kCall: return Call(e);
+      case ExprKind::kFilter: return Filter(e);
+      case ExprKind::kTest: {
+        const bool result = Test(e);
+        return Value::Bool(e.negated ? !result : result);
+      }
+      case ExprKind::kUnary: {
+        const Value x = Eval(*e.args[0]);
+        if (e.name == "not") return Value::Bool(!x.Truthy());
+        if (x.kind() == Value::Kind::kInt) return Value::Int(e.name == "-" ? -x.integer() : x.integer());
+        if (x.kind() == Value::Kind::kFloat) return Value::Float(e.name == "-" ? -x.number() : x.number());
+        Fail(e.line, absl::StrCat("unary ", e.name, " needs a number, not ", Repr(x)));
+      }
+      case ExprKind::kBinary: return Binary(e);
+      case ExprKind::kCond:
+        if (Eval(*e.args[1]).Truthy()) return Eval(*e.args[0]);
+        return e.args[2] ? Eval(*e.args[2]) : Value();
+    }
+    return Value();
+  }
+
+  static bool IsNumber(const Value& v) {
+    return v.kind() == Value::Kind::kInt || v.kind() == Value::Kind::kFloat ||
+           v.kind() == Value::Kind::kBool;
+  }
+  static double AsDouble(const Value& v) {
+    return v.kind() == Value::Kind::kBool ? (v.boolean() ? 1.0 : 0.0) : v.number();
+  }
+  static bool BothInts(const Value& a, const Value& b) {
+    return (a.kind() == Value::Kind::kInt || a.kind() == Value::Kind::kBool) &&
+           (b.kind() == Value::Kind::kInt || b.kind() == Value::Kind::kBool);
+  }
+  static int64_t AsInt(const Value& v) {
+    return v.kind() == Value::Kind::kBool ? (v.boolean() ? 1 : 0) : v.integer();
+  }
+
+  bool Contains(const Value& container, const Value& item, int line) {
+    switch (container.kind()) {
+      case Value::Kind::kString:
+        if (item.kind() != Value::Kind::kString) Fail(line, "'in <string>' needs a string");
+        return absl::StrContains(container.str(), item.str());
+      case Value::Kind::kList:
+        return std::any_of(container.list().begin(), container.list().end(),
+                           [&](const Value& v) { return Equal(v, item); });
+      case Value::Kind::kDict:
+        return item.kind() == Value::Kind::kString && !container.Get(item.str()).is_undefined();
+      case Value::Kind::kUndefined: return false;
+      default: Fail(line, absl::StrCat("'in' needs a string, list or dict, not ", Repr(container)));
+    }
+  }
+
+  Value Binary(const Expr& e) {
+    const std::string& op = e.name;
+    if (op == "and") {
+      Value a = Eval(*e.args[0]);
+      return a.Truthy() ? Eval(*e.args[1]) : a;
+    }
+    if (op == "or") {
+      Value a = Eval(*e.args[0]);
+      return a.Truthy() ? a : Eval(*e.args[1]);
+    }
+    const Value a = Eval(*e.args[0]);
+    const Value b = Eval(*e.args[1]);
+    if (op == "==") return Value::Bool(Equal(a, b));
+    if (op == "!=") return Value::Bool(!Equal(a, b));
+    if (op == "in") return Value::Bool(Contains(b, a, e.line));
+    if (op == "~") return Value::String(ToText(a) + ToText(b));
+    if (op == "<" || op == "<=" || op == ">" || op == ">=") {
+      int order = 0;
+      if (IsNumber(a) && IsNumber(b)) {
+        order = AsDouble(a) < AsDouble(b) ? -1 : AsDouble(a) > AsDouble(b) ? 1 : 0;
+      } else if (a.kind() == Value::Kind::kString && b.kind() == Value::Kind::kString) {
+        order = a.str().compare(b.str());
+      } else {
+        Fail(e.line, absl::StrCat("cannot compare ", Repr(a), " and ", Repr(b)));
+      }
+      if (op == "<") return Value::Bool(order < 0);
+      if (op == "<=") return Value::Bool(order <= 0);
+      if (op == ">") return Value::Bool(order > 0);
+      return Value::Bool(order >= 0);
+    }
+    if (op == "+") {
+      if (a.kind() == Value::Kind::kString && b.kind() == Value::Kind::kString) {
+        return Value::String(a.str() + b.str());
+      }
+      if (a.kind() == Value::Kind::kList && b.kind() == Value::Kind::kList) {
+        Value::List items = a.list();
+        items.insert(items.end(), b.list().begin(), b.list().end());
+        return Value::MakeList(std::move(items));
+      }
+    }
+    if (op == "*" && a.kind() == Value::Kind::kString && b.kind() == Value::Kind::kInt) {
+      std::string out;
+      for (int64_t i = 0; i < b.integer() && out.size() < kMaxOutputBytes; ++i) out += a.str();
+      return Value::String(std::move(out));
+    }
+    if (!IsNumber(a) || !IsNumber(b)) {
+      Fail(e.line, absl::StrCat("unsupported operand types for ", op, ": ", Repr(a), " and ",
+                                Repr(b)));
+    }
+    if (BothInts(a, b) && op != "/" && op != "**") {
+      const int64_t x = AsInt(a);
+      const int64_t y = AsInt(b);
+      if (op == "+") return Value::Int(x + y);
+      if (op == "-") return Value::Int(x - y);
+      if (op == "*") return Value::Int(x * y);
+      if (y == 0) Fail(e.line, "division by zero");
+      if (op == "//") return Value::Int(x / y - ((x % y != 0) && ((x < 0) != (y < 0)) ? 1 : 0));
+      if (op == "%") {
+        const int64_t r = x % y;
+        return Value::Int(r != 0 && ((r < 0) != (y < 0)) ? r + y : r);
+      }
+    }
+    const double x = AsDouble(a);
+    const double y = AsDouble(b);
+    if (op == "+") return Value::Float(x + y);
+    if (op == "-") return Value::Float(x - y);
+    if (op == "*") return Value::Float(x * y);
+    if (op == "**") {
+      const double p = std::pow(x, y);
+      if (BothInts(a, b) && AsInt(b) >= 0) return Value::Int(static_cast<int64_t>(p));
+      return Value::Float(p);
+    }
+    if (y == 0.0) Fail(e.line, "division by zero");
+    if (op == "/") return Value::Float(x / y);
+    if (op == "//") return Value::Float(std::floor(x / y));
+    return Value::Float(x - y * std::floor(x / y));  // %
+  }
+
+  // Positional then keyword arguments, by parameter name.
+  struct Args {
+    std::vector<Value> positional;
+    std::vector<std::pair<std::string, Value>> named;
+    Value Get(size_t index, absl::string_view name) const {
+      if (index < positional.size()) return positional[index];
+      for (const auto& [key, value] : named) {
+        if (key == name) return value;
+      }
+      return Value();
+    }
+  };
+  Args EvalArgs(const Expr& e, size_t skip) {
+    Args args;
+    for (size_t i = skip; i < e.args.size(); ++i) args.positional.push_back(Eval(*e.args[i]));
+    for (const auto& [key, value] : e.kwargs) args.named.emplace_back(key, Eval(*value));
+    return args;
+  }
+
+  static std::string StripChars(const std::string& s, const Value& chars, bool left, bool right) {
+    auto strip = [&](char c) {
+      if (chars.kind() == Value::Kind::kString) return chars.str().find(c) != std::string::npos;
+      return absl::ascii_isspace(c);
+    };
+    size_t begin = 0;
+    size_t end = s.size();
+    if (left) {
+      while (begin < end && strip(s[begin])) ++begin;
+    }
+    if (right) {
+      while (end > begin && strip(s[end - 1])) --end;
+    }
+    return s.substr(begin, end - begin);
+  }
+
+  static std::string Replace(const std::string& s, const std::string& from, const std::string& to,
+                             int64_t count) {
+    if (from.empty()) return s;
+    std::string out;
+    size_t pos = 0;
+    int64_t done = 0;
+    while (count < 0 || done < count) {
+      const size_t found = s.find(from, pos);
+      if (found == std::string::npos) break;
+      out.append(s, pos, found - pos);
+      out += to;
+      pos = found + from.size();
+      ++done;
+    }
+    out.append(s, pos, std::string::npos);
+    return out;
+  }
+
+  static std::string Title(const std::string& s, bool only_first) {
+    std::string out = s;
+    bool start = true;
+    for (char& c : out) {
+      if (absl::ascii_isalpha(c)) {
+        c = start ? absl::ascii_toupper(c) : absl::ascii_tolower(c);
+        start = false;
+      } else if (!only_first) {
+        start = true;
+      }
+    }
+    return out;
+  }
+
+  static std::string ExpectString(const Value& v, const std::string& what, int line) {
+    if (v.kind() != Value::Kind::kString) {
+      Fail(line, absl::StrCat(what, " needs a string, not ", Repr(v)));
+    }
+    return v.str();
+  }
+
+  Value Call(const Expr& e) {
+    if (!e.method) return CallFunction(e);
+    const Value object = Eval(*e.args[0]);
+    const Args args = EvalArgs(e, 1);
+    const std::string& m = e.name;
+    if (object.kind() == Value::Kind::kDict) {
+      if (m == "items") {
+        Value::List items;
+        for (const auto& [key, value] : object.dict()) {
+          items.push_back(Value::MakeList({Value::String(key), value}));
+        }
+        return Value::MakeList(std::move(items));
+      }
+      if (m == "keys" || m == "values") {
+        Value::List items;
+        for (const auto& [key, value] : object.dict()) {
+          items.push_back(m == "keys" ? Value::String(key) : value);
+        }
+        return Value::MakeList(std::move(items));
+      }
+      if (m == "get") {
+        const Value key = args.Get(0, "key");
+        const Value found = key.kind() == Value::Kind::kString ? object.Get(key.str()) : Value();
+        if (!found.is_undefined()) return found;
+        const Value fallback = args.Get(1, "default");
+        return fallback.is_undefined() ? Value::None() : fallback;
+      }
+    }
+    if (object.kind() == Value::Kind::kString) {
+      const std::string& s = object.str();
+      if (m == "strip") return Value::String(StripChars(s, args.Get(0, "chars"), true, true));
+      if (m == "lstrip") return Value::String(StripChars(s, args.Get(0, "chars"), true, false));
+      if (m == "rstrip") return Value::String(StripChars(s, args.Get(0, "chars"), false, true));
+      if (m == "upper") return Value::String(absl::AsciiStrToUpper(s));
+      if (m == "lower") return Value::String(absl::AsciiStrToLower(s));
+      if (m == "title") return Value::String(Title(s, false));
+      if (m == "capitalize") return Value::String(Title(absl::AsciiStrToLower(s), true));
+      if (m == "startswith" || m == "endswith") {
+        const Value arg = args.Get(0, "prefix");
+        std::vector<std::string> options;
+        if (arg.kind() == Value::Kind::kList) {
+          for (const Value& v : arg.list()) options.push_back(ExpectString(v, m, e.line));
+        } else {
+          options.push_back(ExpectString(arg, m, e.line));
+        }
+        for (const std::string& option : options) {
+          if (m == "startswith" ? absl::StartsWith(s, option) : absl::EndsWith(s, option)) {
+            return Value::Bool(true);
+          }
+        }
+        return Value::Bool(false);
+      }
+      if (m == "replace") {
+        const Value count = args.Get(2, "count");
+        return Value::String(Replace(s, ExpectString(args.Get(0, "old"), m, e.line),
+                                     ExpectString(args.Get(1, "new"), m, e.line),
+                                     count.kind() == Value::Kind::kInt ? count.integer() : -1));
+      }
+      if (m == "split") {
+        const Value sep = args.Get(0, "sep");
+        const Value max_split_v = args.Get(1, "maxsplit");
+        int64_t max_split = max_split_v.kind() == Value::Kind::kInt ? max_split_v.integer() : -1;
+        Value::List parts;
+        if (sep.is_undefined() || sep.kind() == Value::Kind::kNone) {
+          size_t i = 0;
+          while (i < s.size()) {
+            while (i < s.size() && absl::ascii_isspace(s[i])) ++i;
+            if (i >= s.size()) break;
+            if (max_split >= 0 && static_cast<int64_t>(parts.size()) == max_split) {
+              parts.push_back(Value::String(StripChars(s.substr(i), Value(), false, true)));
+              break;
+            }
+            size_t j = i;
+            while (j < s.size() && !absl::ascii_isspace(s[j])) ++j;
+            parts.push_back(Value::String(s.substr(i, j - i)));
+            i = j;
+          }
+          return Value::MakeList(std::move(parts));
+        }
+        const std::string separator = ExpectString(sep, m, e.line);
+        if (separator.empty()) Fail(e.line, "split() got an empty separator");
+        size_t pos = 0;
+        for (;;) {
+          const size_t found = s.find(separator, pos);
+          if (found == std::string::npos ||
+              (max_split >= 0 && static_cast<int64_t>(parts.size()) == max_split)) {
+            parts.push_back(Value::String(s.substr(pos)));
+            break;
+          }
+          parts.push_back(Value::String(s.substr(pos, found - pos)));
+          pos = found + separator.size();
+        }
+        return Value::MakeList(std::move(parts));
+      }
+    }
+    Fail(e.line, absl::StrCat("cannot call ", m, "() on ", Repr(object)));
+  }
+
+  Value CallFunction(const Expr& e) {
+    const Args args = EvalArgs(e, 0);
+    if (e.name == "raise_exception") {
+      throw JinjaError{absl::StrCat("the chat template refused the conversation: ",
+                                    ToText(args.Get(0, "message")))};
+    }
+    if (e.name == "namespace" || e.name == "dict") {
+      Value::Dict entries;
+      for (const auto& [key, value] : args.named) entries.emplace_back(key, value);
+      return Value::MakeDict(std::move(entries), e.name == "namespace");
+    }
+    // range
+    int64_t start = 0;
+    int64_t stop = 0;
+    int64_t step = 1;
+    if (args.positional.size() == 1) {
+      stop = ToIndex(args.positional[0], e.line);
+    } else if (args.positional.size() >= 2) {
+      start = ToIndex(args.positional[0], e.line);
+      stop = ToIndex(args.positional[1], e.line);
+      if (args.positional.size() >= 3) step = ToIndex(args.positional[2], e.line);
+    }
+    if (step == 0) Fail(e.line, "range() step cannot be zero");
+    Value::List items;
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      if (static_cast<int64_t>(items.size()) >= kMaxIterations) Fail(e.line, "range() is too long");
+      items.push_back(Value::Int(i));
+    }
+    return Value::MakeList(std::move(items));
+  }
+
+  static int64_t Length(const Value& v) {
+    switch (v.kind()) {
+      case Value::Kind::kString: return static_cast<int64_t>(CodePoints(v.str()).size());
+      case Value::Kind::kList: return static_cast<int64_t>(v.list().size());
+      case Value::Kind::kDict: return static_cast<int64_t>(v.dict().size());
+      default: return 0;
+    }
+  }
+
+  Value Filter(const Expr& e) {
+    const Value x = Eval(*e.args[0]);
+    const Args args = EvalArgs(e, 1);
+    const std::string& f = e.name;
+    if (f == "default" || f == "d") {
+      const bool boolean = args.Get(1, "boolean").Truthy();
+      if (x.is_undefined() || (boolean && !x.Truthy())) {
+        const Value fallback = args.Get(0, "default_value");
+        return fallback.is_undefined() ? Value::String("") : fallback;
+      }
+      return x;
+    }
+    if (f == "tojson") {
+      const Value indent = args.Get(0, "indent");
+      return Value::String(ToJson(x, indent.kind() == Value::Kind::kInt ? indent.integer() : 0));
+    }
+    if (f == "length" || f == "count") return Value::Int(Length(x));
+    if (f == "string") return Value::String(ToText(x));
+    if (f == "first" || f == "last") {
+      if (x.kind() == Value::Kind::kList) {
+        if (x.list().empty()) return Value();
+        return f == "first" ? x.list().front() : x.list().back();
+      }
+      if (x.kind() == Value::Kind::kString) {
+        const auto chars = CodePoints(x.str());
+        if (chars.empty()) return Value();
+        return Value::String(f == "first" ? chars.front() : chars.back());
+      }
+      Fail(e.line, absl::StrCat("the filter ", f, " needs a list or string, not ", Repr(x)));
+    }
+    if (f == "list") return Value::MakeList(Iterate(x, e.line));
+    if (f == "items") {
+      if (x.kind() != Value::Kind::kDict) Fail(e.line, "the filter items needs a dict");
+      Value::List items;
+      for (const auto& [key, value] : x.dict()) {
+        items.push_back(Value::MakeList({Value::String(key), value}));
+      }
+      return Value::MakeList(std::move(items));
+    }
+    if (f == "join") {
+      const Value sep = args.Get(0, "d");
+      std::vector<std::string> parts;
+      for (const Value& item : Iterate(x, e.line)) parts.push_back(ToText(item));
+      return Value::String(absl::StrJoin(parts, sep.kind() == Value::Kind::kString ? sep.str() : ""));
+    }
+    if (f == "int") {
+      if (x.kind() == Value::Kind::kInt) return x;
+      if (x.kind() == Value::Kind::kFloat) return Value::Int(static_cast<int64_t>(x.number()));
+      if (x.kind() == Value::Kind::kString) return Value::Int(std::strtoll(x.str().c_str(), nullptr, 10));
+      return Value::Int(0);
+    }
+    if (f == "float") {
+      if (IsNumber(x)) return Value::Float(AsDouble(x));
+      if (x.kind() == Value::Kind::kString) return Value::Float(std::strtod(x.str().c_str(), nullptr));
+      return Value::Float(0.0);
+    }
+    if (f == "abs") {
+      if (x.kind() == Value::Kind::kInt) return Value::Int(x.integer() < 0 ? -x.integer() : x.integer());
+      if (x.kind() == Value::Kind::kFloat) return Value::Float(std::fabs(x.number()));
+      Fail(e.line, "the filter abs needs a number");
+    }
+    // String filters.
+    const std::string s = ExpectString(x.is_undefined() ? Value::String("") : x,
+                                       absl::StrCat("the filter ", f), e.line);
+    if (f == "trim") return Value::String(StripChars(s, args.Get(0, "chars"), true, true));
+    if (f == "upper") return Value::String(absl::AsciiStrToUpper(s));
+    if (f == "lower") return Value::String(absl::AsciiStrToLower(s));
+    if (f == "capitalize") return Value::String(Title(absl::AsciiStrToLower(s), true));
+    if (f == "title") return Value::String(Title(s, false));
+    if (f == "replace") {
+      const Value count = args.Get(2, "count");
+      return Value::String(Replace(s, ExpectString(args.Get(0, "old"), f, e.line),
+                                   ExpectString(args.Get(1, "new"), f, e.line),
+                                   count.kind() == Value::Kind::kInt ? count.integer() : -1));
+    }
+    Fail(e.line, absl::StrCat("the filter ", f, " is not implemented"));
+  }
+
+  bool Test(const Expr& e) {
+    const Value x = Eval(*e.args[0]);
+    const Args args = EvalArgs(e, 1);
+    const std::string& t = e.name;
+    if (t == "defined") return !x.is_undefined();
+    if (t == "undefined") return x.is_undefined();
+    if (t == "none") return x.kind() == Value::Kind::kNone;
+    if (t == "boolean") return x.kind() == Value::Kind::kBool;
+    if (t == "true") return x.kind() == Value::Kind::kBool && x.boolean();
+    if (t == "false") return x.kind() == Value::Kind::kBool && !x.boolean();
+    if (t == "string") return x.kind() == Value::Kind::kString;
+    if (t == "number") return x.kind() == Value::Kind::kInt || x.kind() == Value::Kind::kFloat;
+    if (t == "integer") return x.kind() == Value::Kind::kInt;
+    if (t == "float") return x.kind() == Value::Kind::kFloat;
+    if (t == "mapping") return x.kind() == Value::Kind::kDict;
+    if (t == "iterable") {
+      return x.kind() == Value::Kind::kList || x.kind() == Value::Kind::kDict ||
+             x.kind() == Value::Kind::kString;
+    }
+    if (t == "sequence") {
+      return x.kind() == Value::Kind::kList || x.kind() == Value::Kind::kString ||
+             x.kind() == Value::Kind::kDict;
+    }
+    if (t == "odd" || t == "even") {
+      if (x.kind() != Value::Kind::kInt) Fail(e.line, absl::StrCat("'is ", t, "' needs an integer"));
+      return (x.integer() % 2 != 0) == (t == "odd");
+    }
+    if (t == "divisibleby") {
+      const Value n = args.Get(0, "num");
+      if (x.kind() != Value::Kind::kInt || n.kind() != Value::Kind::kInt || n.integer() == 0) {
+        Fail(e.line, "'is divisibleby' needs integers");
+      }
+      return x.integer() % n.integer() == 0;
+    }
+    if (t == "eq" || t == "equalto") return Equal(x, args.Get(0, "other"));
+    if (t == "ne") return !Equal(x, args.Get(0, "other"));
+    if (t == "in") return Contains(args.Get(0, "seq"), x, e.line);
+    Fail(e.line, absl::StrCat("the test ", t, " is not implemented"));
+  }
+
+  std::vector<absl::flat_hash_map<std::string, Value>> scopes_;
+  int64_t iterations_ = 0;
+};
+
+}  // namespace
+
+std::string ToJson(const Value& value, int indent) {
+  std::string out;
+  AppendJson(value, indent, 0, out);
+  return out;
+}
+
+absl::StatusOr<Template> Template::Parse(absl::string_view source) {
+  try {
+    auto root = std::make_shared<Node>();
+    root->body = StatementParser(Lex(source)).ParseAll();
+    return Template(std::move(root));
+  } catch (const JinjaError& error) {
+    return absl::InvalidArgumentError(error.message);
+  }
+}
+
+absl::StatusOr<std::string> Template::Render(const Value::Dict& variables) const {
+  try {
+    Evaluator evaluator(variables);
+    evaluator.Run(root_->body);
+    return std::move(evaluator.output);
+  } catch (const JinjaError& error) {
+    return absl::InvalidArgumentError(error.message);
+  }
+}
+
+}  // namespace coil::chat
