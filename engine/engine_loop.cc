@@ -174,6 +174,7 @@ void EngineLoop::Admit(Submission submission) {
     submission.stream->Push(std::move(refusal));
     return;
   }
+  submission.stream->MarkAdmitted();
   Active active;
   active.stream = std::move(submission.stream);
   active.detokenizer =

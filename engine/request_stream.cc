@@ -20,9 +20,16 @@ void RequestStream::Push(StreamBatch batch) {
   MaybeDeliverLocked();
 }
 
+void RequestStream::MarkAdmitted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  admitted_ = true;
+  if (listener_ != nullptr) listener_->Admitted();
+}
+
 void RequestStream::Attach(Listener* listener) {
   std::lock_guard<std::mutex> lock(mu_);
   listener_ = listener;
+  if (admitted_) listener_->Admitted();
   MaybeDeliverLocked();
 }
 

@@ -62,6 +62,9 @@ class RequestStream {
    public:
     virtual ~Listener() = default;
     virtual void Deliver(StreamBatch batch) = 0;
+    // The engine took the request into its scheduler (it was not refused). Runs under the
+    // stream's mutex, at most once, and must not block.
+    virtual void Admitted() {}
   };
 
   RequestStream(uint64_t request_id, std::string client_request_id)
@@ -72,6 +75,8 @@ class RequestStream {
 
   // Engine thread. Events after the one that ends the stream are dropped.
   void Push(StreamBatch batch);
+  // Engine thread: the scheduler accepted the request (a refusal is pushed as an error).
+  void MarkAdmitted();
   // Consumer: connects the listener and delivers what is pending.
   void Attach(Listener* listener);
   // Consumer: the previous delivery's write completed; delivers what piled up.
@@ -93,6 +98,7 @@ class RequestStream {
   Listener* listener_ = nullptr;
   bool write_in_flight_ = false;
   bool ended_ = false;
+  bool admitted_ = false;
 };
 
 }  // namespace coil
