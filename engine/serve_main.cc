@@ -20,6 +20,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -36,7 +37,9 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "engine/engine_loop.h"
+#include "engine/chat/chat_template.h"
 #include "engine/generation_service.h"
+#include "engine/http/openai_server.h"
 #include "engine/metrics/coil_metrics.h"
 #include "engine/metrics/exporter.h"
 #include "engine/request_validation.h"
@@ -63,7 +66,19 @@ ABSL_FLAG(std::string, model, "", "model directory (config.json and weights)");
 ABSL_FLAG(std::string, host, "0.0.0.0", "address to listen on");
 ABSL_FLAG(int32_t, port, 50051, "port to listen on (0: pick a free one; see --port-file)");
 ABSL_FLAG(std::string, port_file, "",
-          "once serving, write the gRPC port and the metrics port (-1: off) to this file, one a line");
+          "once serving, write the gRPC port, the metrics port and the HTTP port (-1: off) to this "
+          "file, one a line");
+ABSL_FLAG(int32_t, http_port, -1,
+          "port of the OpenAI-compatible HTTP API on --host (0: any free port; -1: off)");
+ABSL_FLAG(std::string, served_model_name, "",
+          "the model name the HTTP API answers to (default: the model directory's name)");
+ABSL_FLAG(std::string, chat_template, "",
+          "a Jinja chat template file for /v1/chat/completions (default: the model directory's "
+          "tokenizer_config.json chat_template)");
+ABSL_FLAG(int32_t, http_threads, 64,
+          "HTTP connections served at once (each streaming request holds one); as many more may "
+          "wait, and connections beyond are answered 503");
+ABSL_FLAG(int64_t, http_max_body, 8 << 20, "largest HTTP request body in bytes (larger: 413)");
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json (default: the model's, else GPT-NeoX-20B)");
 ABSL_FLAG(int32_t, state_rows, 0,
           "recurrent-state rows, i.e. requests running at once (0: derive from --memory-budget)");
@@ -310,6 +325,49 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
   GenerationService service(engine, tok, limits, StaticInfo(model_dir, model, config, runtime.size()),
                             served_metrics->get());
 
+  // The OpenAI-compatible HTTP API, when asked for: its template is parsed before anything
+  // serves, so a template outside the interpreter's subset ends start-up naming the construct.
+  std::unique_ptr<chat::ChatTemplate> chat_template;
+  std::unique_ptr<http::OpenAiServer> http_server;
+  if (absl::GetFlag(FLAGS_http_port) >= 0) {
+    auto loaded = chat::ChatTemplate::Load(model_dir, absl::GetFlag(FLAGS_chat_template));
+    absl::StatusOr<std::unique_ptr<http::OpenAiServer>> started =
+        loaded.ok() ? absl::InternalError("not started") : loaded.status();
+    if (loaded.ok()) {
+      chat_template = std::move(loaded).value();
+      http::ProtocolContext context;
+      context.tokenizer = &tok;
+      context.chat_template = chat_template.get();
+      context.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+      if (context.served_model_name.empty()) {
+        context.served_model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
+        if (context.served_model_name.empty()) {
+          context.served_model_name =
+              std::filesystem::path(model_dir).lexically_normal().parent_path().filename().string();
+        }
+      }
+      context.limits = limits;
+      http::HttpServerOptions options;
+      options.host = absl::GetFlag(FLAGS_host);
+      options.port = absl::GetFlag(FLAGS_http_port);
+      options.threads = absl::GetFlag(FLAGS_http_threads);
+      options.max_queued_connections = options.threads;
+      options.max_body_bytes = static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_http_max_body)));
+      started = http::OpenAiServer::Start(options, engine, std::move(context), served_metrics->get());
+    }
+    if (!started.ok()) {
+      std::fprintf(stderr, "coil-serve: HTTP API: %s\n", started.status().ToString().c_str());
+      engine.BeginDrain(std::chrono::milliseconds(0));
+      engine.Join().IgnoreError();
+      return 1;
+    }
+    http_server = std::move(started).value();
+    COIL_LOG(INFO) << "OpenAI-compatible HTTP API on http://" << absl::GetFlag(FLAGS_host) << ":"
+                   << http_server->port() << "/v1 (chat template: "
+                   << (chat_template != nullptr ? chat_template->origin() : std::string("none"))
+                   << ")";
+  }
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -323,6 +381,7 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
                  address.c_str());
     engine.BeginDrain(std::chrono::milliseconds(0));
     engine.Join().IgnoreError();
+    if (http_server != nullptr) http_server->Stop();
     return 1;
   }
   // Ready: the engine runs and the port is open.
@@ -333,7 +392,8 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
     const std::string path = absl::GetFlag(FLAGS_port_file);
     {
       std::ofstream out(path + ".tmp");
-      out << port << "\n" << (exporter != nullptr ? exporter->port() : -1) << "\n";
+      out << port << "\n" << (exporter != nullptr ? exporter->port() : -1) << "\n"
+          << (http_server != nullptr ? http_server->port() : -1) << "\n";
     }
     std::rename((path + ".tmp").c_str(), path.c_str());  // readers never see half a file
   }
@@ -347,6 +407,8 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
   server->GetHealthCheckService()->SetServingStatus(false);
   engine.BeginDrain(std::chrono::seconds(drain_seconds));
   const absl::Status workers = engine.Join();
+  // Every HTTP handler has its final output now; closing the listener lets them finish.
+  if (http_server != nullptr) http_server->Stop();
   // Every stream has its final message queued; give the writes a moment, then close.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
