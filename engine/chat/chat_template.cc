@@ -41,8 +41,8 @@ absl::StatusOr<Json> NormalizeMessage(const Json& message, size_t index) {
   Json out = message;
   auto role = message.find("role");
   if (role == message.end() || !role->is_string()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("messages[", index, "].role must be a string (system, user, assistant or tool)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "messages[", index, "].role must be a string (system, user, assistant or tool)"));
   }
   auto content = message.find("content");
   if (content != message.end() && content->is_array()) {
@@ -52,9 +52,10 @@ absl::StatusOr<Json> NormalizeMessage(const Json& message, size_t index) {
       auto type = part.is_object() ? part.find("type") : part.end();
       if (!part.is_object() || type == part.end() || *type != "text" || !part.contains("text") ||
           !part["text"].is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "messages[", index, "].content: only text parts ({\"type\": \"text\", \"text\": ...}) "
-            "are supported; this model takes no images or audio"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("messages[", index,
+                         "].content: only text parts ({\"type\": \"text\", \"text\": ...}) "
+                         "are supported; this model takes no images or audio"));
       }
       if (!first) text += "\n";
       first = false;
@@ -68,11 +69,13 @@ absl::StatusOr<Json> NormalizeMessage(const Json& message, size_t index) {
   auto tool_calls = out.find("tool_calls");
   if (tool_calls != out.end() && tool_calls->is_array()) {
     for (Json& call : *tool_calls) {
-      if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+        continue;
       Json& function = call["function"];
       auto arguments = function.find("arguments");
       if (arguments != function.end() && arguments->is_string()) {
-        Json parsed = Json::parse(arguments->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        Json parsed =
+            Json::parse(arguments->get<std::string>(), nullptr, /*allow_exceptions=*/false);
         if (!parsed.is_discarded() && parsed.is_object()) *arguments = std::move(parsed);
       }
     }
@@ -92,15 +95,15 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromSource(const std
         "the chat template from ", origin, " cannot be used: ", parsed.status().message(),
         "; pass a template that uses the supported subset with --chat-template FILE"));
   }
-  return std::unique_ptr<ChatTemplate>(new ChatTemplate(std::move(parsed).value(),
-                                                        std::move(bos_token),
-                                                        std::move(eos_token), std::move(origin)));
+  return std::unique_ptr<ChatTemplate>(new ChatTemplate(
+      std::move(parsed).value(), std::move(bos_token), std::move(eos_token), std::move(origin)));
 }
 
 absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Load(const std::string& model_dir,
                                                                  const std::string& template_file) {
   Json config = Json::object();
-  const std::string config_path = (std::filesystem::path(model_dir) / "tokenizer_config.json").string();
+  const std::string config_path =
+      (std::filesystem::path(model_dir) / "tokenizer_config.json").string();
   if (!model_dir.empty() && std::filesystem::exists(config_path)) {
     absl::StatusOr<std::string> text = ReadText(config_path);
     if (!text.ok()) return text.status();
@@ -133,9 +136,10 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Load(const std::stri
                           absl::StrCat(config_path, " (the template named \"default\")"));
       }
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        config_path, " lists named chat templates but none named \"default\"; pass one with "
-        "--chat-template FILE"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_path,
+                     " lists named chat templates but none named \"default\"; pass one with "
+                     "--chat-template FILE"));
   }
   return absl::InvalidArgumentError(
       absl::StrCat(config_path, ": chat_template must be a string or a list of named templates"));
@@ -155,7 +159,8 @@ absl::StatusOr<std::string> ChatTemplate::Apply(const Json& messages, const Json
   }
   Value::Dict variables;
   if (extra.is_object()) {
-    for (const auto& [key, value] : extra.items()) variables.emplace_back(key, Value::FromJson(value));
+    for (const auto& [key, value] : extra.items())
+      variables.emplace_back(key, Value::FromJson(value));
   }
   variables.emplace_back("messages", Value::FromJson(normalized));
   if (!tools.is_null()) variables.emplace_back("tools", Value::FromJson(tools));

