@@ -419,6 +419,10 @@ OpenAiServer::OpenAiServer(Key, const HttpServerOptions& options, EngineLoop& en
 OpenAiServer::~OpenAiServer() { Stop(); }
 
 void OpenAiServer::Stop() {
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (active_exchanges_->load() > 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   if (thread_.joinable()) {
     server_->stop();
     thread_.join();
@@ -606,7 +610,13 @@ void OpenAiServer::Route() {
         WriteError(response, *error);
         return;
       }
-      auto release = [exchange](bool /*success*/) { exchange->Close(); };
+      // Counted until the response is written (the provider's lambdas hold the exchange).
+      std::shared_ptr<std::atomic<int>> active = active_exchanges_;
+      active->fetch_add(1);
+      auto release = [exchange, active](bool /*success*/) {
+        exchange->Close();
+        active->fetch_sub(1);
+      };
       if (stream) {
         response.set_header("Cache-Control", "no-cache");
         response.set_chunked_content_provider(

@@ -55,8 +55,9 @@ class OpenAiServer {
   OpenAiServer& operator=(const OpenAiServer&) = delete;
 
   int port() const { return port_; }
-  // Closes the listening socket and waits for the connection threads (call after the
-  // engine has drained: every handler then ends at once).
+  // Waits (up to 5 s) for the generation handlers to write their last output, then closes
+  // the listening socket and waits for the connection threads (call after the engine has
+  // drained: every handler then ends within one poll).
   void Stop();
 
   // Only Start() can make the key.
@@ -76,6 +77,8 @@ class OpenAiServer {
   metrics::CoilMetrics* metrics_;
   const int64_t created_;  // unix seconds, for /v1/models
   std::unique_ptr<httplib::Server> server_;
+  // Generation requests whose response is still being written.
+  std::shared_ptr<std::atomic<int>> active_exchanges_ = std::make_shared<std::atomic<int>>(0);
   std::atomic<bool> listen_returned_{false};
   std::thread thread_;
   int port_ = 0;
