@@ -2,7 +2,9 @@
 #include "kernels/backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <initializer_list>
 #include <string_view>
 #include <utility>
@@ -656,6 +658,244 @@ absl::Status Backend::DoMixerDecodeSumSquares(const Tensor& xbc_in, const Tensor
                                            piece, sumsq.Columns(g, 1)));
   }
   return absl::OkStatus();
+}
+
+absl::Status ValidatePagedKvBatch(const PagedKvBatch& batch, int64_t rows, int64_t pages) {
+  const int n = batch.num_seqs();
+  if (n == 0) return absl::InvalidArgumentError("the KV batch has no sequences; add at least one");
+  if (batch.cu_seqlens.size() != static_cast<size_t>(n) + 1 ||
+      batch.cu_blocks.size() != static_cast<size_t>(n) + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the KV batch has ", n, " start positions but ", batch.cu_seqlens.size(),
+        " cu_seqlens and ", batch.cu_blocks.size(),
+        " cu_blocks; give num_seqs + 1 of each (PagedKvBatch::Add keeps them in step)"));
+  }
+  if (batch.block_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the KV batch's block_size is ", batch.block_size,
+                     "; set it to the cache's tokens per page"));
+  }
+  if (batch.cu_seqlens[0] != 0 || batch.cu_blocks[0] != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cu_seqlens[0] is ", batch.cu_seqlens[0],
+                                                   " and cu_blocks[0] is ", batch.cu_blocks[0],
+                                                   "; both must be 0"));
+  }
+  if (batch.cu_blocks[n] != static_cast<int64_t>(batch.block_table.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cu_blocks ends at ", batch.cu_blocks[n], " but the block table has ",
+        batch.block_table.size(), " entries; the tables must cover block_table exactly"));
+  }
+  for (int s = 0; s < n; ++s) {
+    if (batch.run_length(s) <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " has a run of ",
+                                                     batch.run_length(s),
+                                                     " rows; every run needs at least 1"));
+    }
+    const int64_t start = batch.start_positions[s];
+    if (start < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " starts at position ",
+                                                     start, "; positions are >= 0"));
+    }
+    const int64_t context = start + batch.run_length(s);
+    if (context > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", s, " reaches position ", context, "; positions must stay below 2^31 - 1"));
+    }
+    const int64_t have = int64_t{batch.cu_blocks[s + 1]} - batch.cu_blocks[s];
+    const int64_t need = (context + batch.block_size - 1) / batch.block_size;
+    if (have < need) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", s, " holds ", context, " positions (start ", start, " + run ",
+          batch.run_length(s), ") but its block table has ", have, " pages of ", batch.block_size,
+          "; give it at least ", need, " pages"));
+    }
+  }
+  if (batch.cu_seqlens[n] != rows) {
+    return absl::InvalidArgumentError(absl::StrCat("the runs cover ", batch.cu_seqlens[n],
+                                                   " rows but the tensors have ", rows,
+                                                   "; the run lengths must sum to the rows"));
+  }
+  for (size_t i = 0; i < batch.block_table.size(); ++i) {
+    const int32_t page = batch.block_table[i];
+    if (page < 0 || page > pages) {
+      return absl::InvalidArgumentError(absl::StrCat("block table entry ", i, " is page ", page,
+                                                     "; pages are 0..", pages - 1, " (", pages,
+                                                     " is the scratch page)"));
+    }
+  }
+  // A page written this step must be nobody else's: not written by two sequences (two rows
+  // racing into one slot), not read by another (its keys would depend on the order of the
+  // writes). Marks the written pages in a bitmap, then counts the uses of marked pages over
+  // every table entry a sequence reads: each must be its writer's own.
+  thread_local std::vector<uint64_t> written;
+  if (written.size() * 64 < static_cast<size_t>(pages) + 1) written.resize(pages / 64 + 1, 0);
+  auto bit = [](int32_t page) { return uint64_t{1} << (page & 63); };
+  std::vector<int32_t> marked;
+  absl::Status conflict;
+  for (int s = 0; s < n && conflict.ok(); ++s) {
+    const int64_t first = batch.start_positions[s] / batch.block_size;
+    const int64_t last = (batch.context_length(s) - 1) / batch.block_size;
+    for (int64_t i = first; i <= last; ++i) {
+      const int32_t page = batch.block_table[batch.cu_blocks[s] + i];
+      if (page == pages) continue;  // the scratch page: padding entries share it
+      if (written[page >> 6] & bit(page)) {
+        conflict = absl::InvalidArgumentError(absl::StrCat(
+            "page ", page, " is written twice in one step (sequence ", s,
+            " among them); give each sequence's new positions pages of their own"));
+        break;
+      }
+      written[page >> 6] |= bit(page);
+      marked.push_back(page);
+    }
+  }
+  if (conflict.ok()) {
+    int64_t uses = 0;
+    for (int s = 0; s < n; ++s) {
+      const int64_t used = (batch.context_length(s) - 1) / batch.block_size + 1;
+      for (int64_t i = 0; i < used; ++i) {
+        const int32_t page = batch.block_table[batch.cu_blocks[s] + i];
+        if (page == pages || !(written[page >> 6] & bit(page))) continue;
+        ++uses;
+        const int64_t first = batch.start_positions[s] / batch.block_size;
+        if (i < first && conflict.ok()) {
+          conflict = absl::InvalidArgumentError(absl::StrCat(
+              "page ", page, " is read by sequence ", s,
+              " and written by a sequence in the same step; a page being written must belong "
+              "to its writer alone"));
+        }
+      }
+    }
+    if (conflict.ok() && uses != static_cast<int64_t>(marked.size())) {
+      conflict = absl::InvalidArgumentError(
+          "a page written this step is also in another sequence's block table; a page being "
+          "written must belong to its writer alone");
+    }
+  }
+  for (int32_t page : marked) written[page >> 6] &= ~bit(page);
+  return conflict;
+}
+
+absl::Status Backend::CheckPagedKvBatch(const PagedKvBatch& batch, int64_t rows, int64_t pages) {
+  const PagedKvBatch& c = checked_kv_batch_;
+  if (rows == checked_kv_rows_ && pages == checked_kv_pages_ && batch.block_size == c.block_size &&
+      batch.cu_seqlens == c.cu_seqlens && batch.start_positions == c.start_positions &&
+      batch.cu_blocks == c.cu_blocks && batch.block_table == c.block_table) {
+    return absl::OkStatus();
+  }
+  COIL_RETURN_IF_ERROR(ValidatePagedKvBatch(batch, rows, pages));
+  checked_kv_batch_.block_size = batch.block_size;
+  checked_kv_batch_.cu_seqlens = batch.cu_seqlens;
+  checked_kv_batch_.start_positions = batch.start_positions;
+  checked_kv_batch_.cu_blocks = batch.cu_blocks;
+  checked_kv_batch_.block_table = batch.block_table;
+  checked_kv_rows_ = rows;
+  checked_kv_pages_ = pages;
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The K/V caches of the attention ops: one dtype (f32 or bf16), contiguous
+// [pages + 1, block_size, kv_heads, head_dim] each, the same shape, block_size the batch's.
+absl::Status CheckKvCaches(const Backend& backend, const Tensor& k_cache, const Tensor& v_cache,
+                           const PagedKvBatch& batch) {
+  COIL_RETURN_IF_ERROR(
+      CheckTensor(backend, "k_cache", k_cache, {DType::kF32, DType::kBF16}, 4));
+  COIL_RETURN_IF_ERROR(
+      CheckTensor(backend, "v_cache", v_cache, {DType::kF32, DType::kBF16}, 4));
+  COIL_RETURN_IF_ERROR(CheckContiguous("k_cache", k_cache));
+  COIL_RETURN_IF_ERROR(CheckContiguous("v_cache", v_cache));
+  if (v_cache.dtype() != k_cache.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("k_cache is ", k_cache.DebugString(),
+                                                   " and v_cache is ", v_cache.DebugString(),
+                                                   "; both caches need one dtype"));
+  }
+  for (int i = 0; i < 4; ++i) {
+    COIL_RETURN_IF_ERROR(CheckDim("v_cache", v_cache, i, k_cache.dim(i), "k_cache's shape"));
+  }
+  if (k_cache.dim(0) < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "k_cache is ", k_cache.DebugString(), "; it needs pages plus the scratch page"));
+  }
+  if (k_cache.dim(1) != batch.block_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the KV batch's block_size is ", batch.block_size, " but the caches are ",
+                     k_cache.DebugString(), " (", k_cache.dim(1),
+                     " tokens per page); build the batch with the cache's block size"));
+  }
+  if (SpansOverlap(k_cache, v_cache)) {
+    return absl::InvalidArgumentError("k_cache overlaps v_cache; give each its own memory");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Backend::KvCacheWrite(const Tensor& k, const Tensor& v, const PagedKvBatch& batch,
+                                   const Tensor& k_cache, const Tensor& v_cache) {
+  COIL_RETURN_IF_ERROR(CheckKvCaches(*this, k_cache, v_cache, batch));
+  const int64_t width = k_cache.dim(2) * k_cache.dim(3);
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "k", k, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "v", v, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("k", k, 1, width, "the cache's kv_heads * head_dim"));
+  COIL_RETURN_IF_ERROR(CheckDim("v", v, 0, k.dim(0), "k's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("v", v, 1, width, "the cache's kv_heads * head_dim"));
+  for (const auto& [name, t] : {NamedTensor{"k", &k}, NamedTensor{"v", &v}}) {
+    for (const auto& [cache_name, cache] :
+         {NamedTensor{"k_cache", &k_cache}, NamedTensor{"v_cache", &v_cache}}) {
+      if (SpansOverlap(*t, *cache)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, " overlaps ", cache_name, "; pass rows from memory of their own"));
+      }
+    }
+  }
+  COIL_RETURN_IF_ERROR(CheckPagedKvBatch(batch, k.dim(0), k_cache.dim(0) - 1));
+  return TimedOp([] { return "KvCacheWrite"; },
+                 [&] { return DoKvCacheWrite(k, v, batch, k_cache, v_cache); });
+}
+
+absl::Status Backend::PagedAttention(const Tensor& q, const Tensor& k_cache,
+                                     const Tensor& v_cache, const PagedKvBatch& batch,
+                                     float scale, const Tensor& out) {
+  COIL_RETURN_IF_ERROR(CheckKvCaches(*this, k_cache, v_cache, batch));
+  const int64_t kv_heads = k_cache.dim(2), head_dim = k_cache.dim(3);
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "q", q, {DType::kF32}, 2));
+  if (q.dim(1) % head_dim != 0 || (q.dim(1) / head_dim) % kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "q is ", q.DebugString(), "; its width must be heads * head_dim (", head_dim,
+        ") with heads a multiple of the cache's ", kv_heads, " KV heads"));
+  }
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "out", out, {DType::kF32, DType::kBF16}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 0, q.dim(0), "q's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 1, q.dim(1), "q's width"));
+  if (!std::isfinite(scale) || !(scale > 0.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scale is ", scale, "; it must be finite and > 0 (1 / sqrt(head_dim))"));
+  }
+  for (const auto& [name, t] : {NamedTensor{"q", &q}, NamedTensor{"k_cache", &k_cache},
+                                NamedTensor{"v_cache", &v_cache}}) {
+    if (SpansOverlap(out, *t)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("out overlaps ", name, "; PagedAttention's out needs memory of its own"));
+    }
+  }
+  COIL_RETURN_IF_ERROR(CheckPagedKvBatch(batch, q.dim(0), k_cache.dim(0) - 1));
+  return TimedOp([] { return "PagedAttention"; },
+                 [&] { return DoPagedAttention(q, k_cache, v_cache, batch, scale, out); });
+}
+
+absl::Status Backend::Relu2(const Tensor& x, const Tensor& out) {
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "x", x, {DType::kF32}, 2));
+  COIL_RETURN_IF_ERROR(CheckTensor(*this, "out", out, {DType::kF32, DType::kBF16}, 2));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 0, x.dim(0), "x's rows"));
+  COIL_RETURN_IF_ERROR(CheckDim("out", out, 1, x.dim(1), "x's width"));
+  const bool same = out.raw() == x.raw() && out.dtype() == x.dtype() &&
+                    out.stride(0) == x.stride(0);
+  if (!same && SpansOverlap(out, x)) {
+    return absl::InvalidArgumentError(
+        "out overlaps x without being x; pass x itself (f32) or memory of its own");
+  }
+  return TimedOp([] { return "Relu2"; }, [&] { return DoRelu2(x, out); });
 }
 
 absl::Status Backend::Argmax(const Tensor& logits, const Tensor& ids, const Tensor& values) {

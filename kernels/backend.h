@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/buffer.h"
 #include "kernels/op_timing.h"
+#include "kernels/paged_kv_batch.h"
 #include "kernels/recurrent_batch.h"
 #include "kernels/tensor.h"
 
@@ -215,6 +216,36 @@ class Backend {
                                      const Tensor& ssm_state, const Tensor& xbc, const Tensor& y,
                                      const Tensor& sumsq);
 
+  // ---- attention (hybrid models): K/V in pages of a KvCache (kernels/kv_cache.h) ----
+
+  // Writes each row's K and V into its sequence's pages: row i of sequence s, position
+  // p = start_positions[s] + i, goes to page block_table[cu_blocks[s] + p / block_size],
+  // slot p % block_size (rounded to nearest even for a bf16 cache). k, v: f32 [T, KVH * Dh]
+  // (rows may be strided: views of one fused qkv output); k_cache, v_cache: one dtype, f32
+  // or bf16, [pages + 1, block_size, KVH, Dh], contiguous, apart from k and v.
+  absl::Status KvCacheWrite(const Tensor& k, const Tensor& v, const PagedKvBatch& batch,
+                            const Tensor& k_cache, const Tensor& v_cache);
+
+  // Causal grouped-query attention over the paged cache (no positional encoding): row i of
+  // sequence s, position p = start_positions[s] + i, attends to the sequence's positions
+  // [0, p], its own run's keys included (KvCacheWrite wrote them before):
+  //   out[t, h] = sum_{j <= p} softmax_j(scale * q[t, h] . K[j, g]) V[j, g],  g = h / (H / KVH).
+  // Runs of one row (decode) and longer runs (prefill chunks) mix freely in one batch.
+  // Batch-invariant: each (row, head) reduces over its keys in a fixed order by absolute key
+  // position (tiles of keys aligned to absolute positions), so its bits depend on neither
+  // the batch, the rows T, block_size, nor how the prompt was split into chunks: a decode row
+  // and the same row inside a prefill chunk give the same bits. q: f32 [T, H * Dh] (rows may
+  // be strided); k_cache, v_cache as for KvCacheWrite (H a multiple of KVH); out: f32
+  // [T, H * Dh] (rows may be strided) or bf16 when it only feeds o_proj, apart from the
+  // inputs.
+  absl::Status PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                              const PagedKvBatch& batch, float scale, const Tensor& out);
+
+  // out = max(x, 0)^2, the squared ReLU of Nemotron-H's MLP. x: f32 [T, N] (rows may be
+  // strided); out: f32 [T, N] (may be x itself, not a partial overlap) or bf16 when it only
+  // feeds down_proj.
+  absl::Status Relu2(const Tensor& x, const Tensor& out);
+
   // Per row: the index of the largest value (the lowest index among equals; NaN never
   // wins) and the value. logits: f32 [T, V]; ids: i32 [T]; values: f32 [T].
   absl::Status Argmax(const Tensor& logits, const Tensor& ids, const Tensor& values);
@@ -283,6 +314,13 @@ class Backend {
       const Tensor& xbc_in, const Tensor& dt, const Tensor& z, const MixerWeights& weights,
       const SsmScanOptions& options, const RecurrentBatch& batch, const Tensor& conv_state,
       const Tensor& ssm_state, const Tensor& xbc, const Tensor& y, const Tensor& sumsq);
+  virtual absl::Status DoKvCacheWrite(const Tensor& k, const Tensor& v,
+                                      const PagedKvBatch& batch, const Tensor& k_cache,
+                                      const Tensor& v_cache) = 0;
+  virtual absl::Status DoPagedAttention(const Tensor& q, const Tensor& k_cache,
+                                        const Tensor& v_cache, const PagedKvBatch& batch,
+                                        float scale, const Tensor& out) = 0;
+  virtual absl::Status DoRelu2(const Tensor& x, const Tensor& out) = 0;
   virtual absl::Status DoArgmax(const Tensor& logits, const Tensor& ids,
                                 const Tensor& values) = 0;
   virtual absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
@@ -315,10 +353,16 @@ class Backend {
     return status;
   }
   void StopOpTiming(const absl::Status& why);
+  // ValidatePagedKvBatch, skipped when the batch and the sizes it was checked against are
+  // those of the last successful check (the layers of a step share one batch).
+  absl::Status CheckPagedKvBatch(const PagedKvBatch& batch, int64_t rows, int64_t pages);
 
   std::unique_ptr<OpTimer> timer_;
   absl::Status timing_error_;  // why timing stopped on its own, for TakeOpTimes
   bool capturing_ = false;     // between a successful BeginCapture and EndCapture
+  // The last PagedKvBatch that passed ValidatePagedKvBatch, with its rows and pages.
+  PagedKvBatch checked_kv_batch_;
+  int64_t checked_kv_rows_ = -1, checked_kv_pages_ = -1;
 };
 
 // The public ops, by name: the op harness's coverage test fails for an op listed here
@@ -326,7 +370,7 @@ class Backend {
 inline constexpr const char* kBackendOps[] = {
     "Embedding",       "AddRmsNorm",     "Matmul",       "CausalConv1d", "SsmScan",
     "GatedSumSquares", "GatedNormApply", "GatedRmsNorm", "MixerDecode",  "MixerDecodeSumSquares",
-    "Argmax",          "GumbelArgmax"};
+    "Argmax",          "GumbelArgmax",   "KvCacheWrite", "PagedAttention", "Relu2"};
 
 // The local heads [begin, end) that read local B/C group g, of `heads` local heads over
 // `groups` local groups, as SsmScan maps them under `options` (heads_per_group 0: evenly).
@@ -339,6 +383,11 @@ HeadRange GroupHeads(const SsmScanOptions& options, int64_t heads, int64_t group
 // the scratch row). Public so that step metadata can be validated once per step too.
 absl::Status ValidateRecurrentBatch(const RecurrentBatch& batch, int64_t rows,
                                     int64_t state_rows);
+
+// Checks a PagedKvBatch against `rows` packed rows and a cache of `pages` pages (plus the
+// scratch page, index `pages`): the invariant kernels/paged_kv_batch.h states. Public so
+// that step metadata can be validated once per step too.
+absl::Status ValidatePagedKvBatch(const PagedKvBatch& batch, int64_t rows, int64_t pages);
 
 }  // namespace coil
 

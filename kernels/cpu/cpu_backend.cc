@@ -81,6 +81,25 @@ absl::Status CpuBackend::DoGatedRmsNorm(const Tensor& y, const Tensor& z, const 
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::DoKvCacheWrite(const Tensor& k, const Tensor& v,
+                                        const PagedKvBatch& batch, const Tensor& k_cache,
+                                        const Tensor& v_cache) {
+  CpuKvCacheWrite({&pool_, use_ref_}, k, v, batch, k_cache, v_cache);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoPagedAttention(const Tensor& q, const Tensor& k_cache,
+                                          const Tensor& v_cache, const PagedKvBatch& batch,
+                                          float scale, const Tensor& out) {
+  CpuPagedAttention({&pool_, use_ref_}, q, k_cache, v_cache, batch, scale, out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoRelu2(const Tensor& x, const Tensor& out) {
+  CpuRelu2({&pool_, use_ref_}, x, out);
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::DoArgmax(const Tensor& logits, const Tensor& ids,
                                   const Tensor& values) {
   CpuArgmax({&pool_, use_ref_}, logits, ids, values);

@@ -48,6 +48,12 @@ class CpuBackend final : public Backend {
                                 int64_t group_size, float eps, const Tensor& out) override;
   absl::Status DoGatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
                               int64_t ngroups, float eps, const Tensor& out) override;
+  absl::Status DoKvCacheWrite(const Tensor& k, const Tensor& v, const PagedKvBatch& batch,
+                              const Tensor& k_cache, const Tensor& v_cache) override;
+  absl::Status DoPagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                const PagedKvBatch& batch, float scale,
+                                const Tensor& out) override;
+  absl::Status DoRelu2(const Tensor& x, const Tensor& out) override;
   absl::Status DoArgmax(const Tensor& logits, const Tensor& ids, const Tensor& values) override;
   absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
                               const Tensor& seeds, const Tensor& steps, int64_t vocab_offset,

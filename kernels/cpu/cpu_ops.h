@@ -35,6 +35,12 @@ void CpuGatedNormApply(const CpuContext& ctx, const Tensor& gated, const Tensor&
                        const Tensor& weight, int64_t group_size, float eps, const Tensor& out);
 void CpuGatedRmsNorm(const CpuContext& ctx, const Tensor& y, const Tensor& z,
                      const Tensor& weight, int64_t ngroups, float eps, const Tensor& out);
+void CpuKvCacheWrite(const CpuContext& ctx, const Tensor& k, const Tensor& v,
+                     const PagedKvBatch& batch, const Tensor& k_cache, const Tensor& v_cache);
+void CpuPagedAttention(const CpuContext& ctx, const Tensor& q, const Tensor& k_cache,
+                       const Tensor& v_cache, const PagedKvBatch& batch, float scale,
+                       const Tensor& out);
+void CpuRelu2(const CpuContext& ctx, const Tensor& x, const Tensor& out);
 void CpuArgmax(const CpuContext& ctx, const Tensor& logits, const Tensor& ids,
                const Tensor& values);
 void CpuGumbelArgmax(const CpuContext& ctx, const Tensor& logits, const Tensor& temperatures,

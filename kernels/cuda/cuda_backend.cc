@@ -369,6 +369,32 @@ absl::Status CudaBackend::RunMixerDecode(const Tensor& xbc_in, const Tensor& dt,
                            static_cast<int32_t*>(tickets));
 }
 
+namespace {
+
+absl::Status NoCudaKernel(const char* op) {
+  return absl::UnimplementedError(absl::StrCat(
+      op, " has no CUDA kernel yet; run models with attention or MLP blocks on --device cpu"));
+}
+
+}  // namespace
+
+absl::Status CudaBackend::DoKvCacheWrite(const Tensor& /*k*/, const Tensor& /*v*/,
+                                         const PagedKvBatch& /*batch*/,
+                                         const Tensor& /*k_cache*/, const Tensor& /*v_cache*/) {
+  return NoCudaKernel("KvCacheWrite");
+}
+
+absl::Status CudaBackend::DoPagedAttention(const Tensor& /*q*/, const Tensor& /*k_cache*/,
+                                           const Tensor& /*v_cache*/,
+                                           const PagedKvBatch& /*batch*/, float /*scale*/,
+                                           const Tensor& /*out*/) {
+  return NoCudaKernel("PagedAttention");
+}
+
+absl::Status CudaBackend::DoRelu2(const Tensor& /*x*/, const Tensor& /*out*/) {
+  return NoCudaKernel("Relu2");
+}
+
 absl::Status CudaBackend::DoArgmax(const Tensor& logits, const Tensor& ids,
                                    const Tensor& values) {
   COIL_RETURN_IF_ERROR(MakeCurrent());

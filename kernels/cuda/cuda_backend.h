@@ -116,6 +116,13 @@ class CudaBackend final : public Backend {
                               float norm_eps, const RecurrentBatch& batch, const Tensor& conv_state,
                               const Tensor& ssm_state, const Tensor& xbc, const Tensor& y,
                               const Tensor& out, const Tensor& sumsq);
+  // The attention ops have no kernels on this backend yet: UNIMPLEMENTED, naming the op.
+  absl::Status DoKvCacheWrite(const Tensor& k, const Tensor& v, const PagedKvBatch& batch,
+                              const Tensor& k_cache, const Tensor& v_cache) override;
+  absl::Status DoPagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                const PagedKvBatch& batch, float scale,
+                                const Tensor& out) override;
+  absl::Status DoRelu2(const Tensor& x, const Tensor& out) override;
   absl::Status DoArgmax(const Tensor& logits, const Tensor& ids, const Tensor& values) override;
   absl::Status DoGumbelArgmax(const Tensor& logits, const Tensor& temperatures,
                               const Tensor& seeds, const Tensor& steps, int64_t vocab_offset,

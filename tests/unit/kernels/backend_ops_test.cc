@@ -3,8 +3,9 @@
 // from the case name. Sections: (1) the backends under test, (2) the comparison, (3) the
 // coverage test. To add an op: list it in kBackendOps (kernels/backend.h) and add a case
 // to TestOpCases() (op_cases.cc); the coverage test fails until both are done.
-// Checks, in order: NaN/inf, NMSE against the reference, guards (state rows not in the
-// batch, the scratch row, bytes past each tensor, padding of strided rows) unchanged.
+// Checks, in order: NaN/inf, NMSE against the reference (and against the case's own float64
+// reference where it has one, for both sides), guards (state rows not in the batch, the
+// scratch row, bytes past each tensor, padding of strided rows) unchanged.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -95,6 +96,21 @@ TEST_P(BackendOpsTest, MatchesReference) {
     }
     const double nmse = Nmse(a, b);
     EXPECT_LE(nmse, test_case->max_nmse()) << name << ": NMSE " << nmse;
+  }
+  // Cases with references of their own: both sides against them too.
+  const auto expected = test_case->Expected();
+  if (!expected.empty()) {
+    ASSERT_EQ(expected.size(), got->outputs.size());
+    for (size_t o = 0; o < expected.size(); ++o) {
+      const auto& [name, e] = expected[o];
+      ASSERT_EQ(name, got->outputs[o].first);
+      ASSERT_EQ(e.size(), got->outputs[o].second.size()) << name;
+      const double nmse = Nmse(got->outputs[o].second, e);
+      EXPECT_LE(nmse, test_case->max_nmse()) << name << " against the case's own reference: NMSE " << nmse;
+      const double ref_nmse = Nmse(want->outputs[o].second, e);
+      EXPECT_LE(ref_nmse, test_case->max_nmse())
+          << name << ": the reference mode against the case's own reference: NMSE " << ref_nmse;
+    }
   }
   for (const std::string& v : got->guard_violations) ADD_FAILURE() << v;
   for (const std::string& v : want->guard_violations) ADD_FAILURE() << "reference: " << v;

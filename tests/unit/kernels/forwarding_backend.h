@@ -62,6 +62,16 @@ class ForwardingBackend : public Backend {
                               int64_t ngroups, float eps, const Tensor& out) override {
     return cpu_->GatedRmsNorm(y, z, weight, ngroups, eps, out);
   }
+  absl::Status DoKvCacheWrite(const Tensor& k, const Tensor& v, const PagedKvBatch& batch,
+                              const Tensor& k_cache, const Tensor& v_cache) override {
+    return cpu_->KvCacheWrite(k, v, batch, k_cache, v_cache);
+  }
+  absl::Status DoPagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                const PagedKvBatch& batch, float scale,
+                                const Tensor& out) override {
+    return cpu_->PagedAttention(q, k_cache, v_cache, batch, scale, out);
+  }
+  absl::Status DoRelu2(const Tensor& x, const Tensor& out) override { return cpu_->Relu2(x, out); }
   absl::Status DoArgmax(const Tensor& logits, const Tensor& ids, const Tensor& values) override {
     return cpu_->Argmax(logits, ids, values);
   }

@@ -6,6 +6,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -902,6 +903,434 @@ class GumbelArgmaxCase : public OpCase {
   std::optional<DeviceArray> d_l_, d_t_, d_s_, d_k_, d_i_, d_o_;
 };
 
+// ---------------------------------------------------------------- attention (paged K/V)
+// The cases below carry their own float64 references (Expected()), worked out from the
+// ops' equations with this file's own page arithmetic and bf16 rounding: none of it is
+// kernel code.
+
+// x rounded to the nearest bf16, ties to even (8 significant bits), from frexp: the
+// reference's own rounding. Inputs here are far from bf16's subnormals and its range limits.
+double RoundBf16(double x) {
+  if (x == 0.0 || !std::isfinite(x)) return x;
+  int e;
+  const double m = std::frexp(x, &e);  // x = m 2^e, |m| in [0.5, 1)
+  return std::ldexp(std::nearbyint(m * 256.0), e - 8);
+}
+
+// A step's sequences over a paged cache: runs[s] rows from start position starts[s] on
+// shuffled pages of a pool with spare pages; a run of 0 stands for a padding entry (one row
+// at position 0 on the scratch page), as a CUDA-graph batch pads. Tables may hold a page
+// more than the context needs (a sequence that will grow), never fewer.
+struct KvLayout {
+  PagedKvBatch batch;
+  int64_t pages = 0;  // usable pages; the cache holds pages + 1
+
+  // The cache slot (page * block_size + offset) of position p of sequence s.
+  int64_t Slot(int s, int64_t p) const {
+    const int64_t page = batch.block_table[batch.cu_blocks[s] + p / batch.block_size];
+    return page * batch.block_size + p % batch.block_size;
+  }
+};
+
+KvLayout MakeKvLayout(std::mt19937_64& rng, const std::vector<int32_t>& runs,
+                      const std::vector<int32_t>& starts, int32_t block_size) {
+  KvLayout layout;
+  std::vector<int64_t> need(runs.size(), 0);
+  for (size_t s = 0; s < runs.size(); ++s) {
+    if (runs[s] == 0) continue;
+    need[s] = (starts[s] + runs[s] + block_size - 1) / block_size + (s % 2);  // one spare
+    layout.pages += need[s];
+  }
+  layout.pages += 3;  // pages nobody holds: they must stay as they are
+  const std::vector<int32_t> order =
+      ShuffledSlots(rng, static_cast<int>(layout.pages), static_cast<int>(layout.pages));
+  layout.batch.block_size = block_size;
+  size_t next = 0;
+  for (size_t s = 0; s < runs.size(); ++s) {
+    if (runs[s] == 0) {
+      layout.batch.Add(1, 0, {static_cast<int32_t>(layout.pages)});
+      continue;
+    }
+    std::vector<int32_t> pages(order.begin() + next, order.begin() + next + need[s]);
+    next += need[s];
+    layout.batch.Add(runs[s], starts[s], pages);
+  }
+  return layout;
+}
+
+// Start positions for `runs`: decode rows (run 1) resume after up to max_start positions;
+// longer runs alternate fresh prompts (0) and chunks resuming at any position.
+std::vector<int32_t> MakeStarts(std::mt19937_64& rng, const std::vector<int32_t>& runs,
+                                int32_t max_start) {
+  std::uniform_int_distribution<int32_t> pos(0, max_start);
+  std::vector<int32_t> starts(runs.size(), 0);
+  for (size_t s = 0; s < runs.size(); ++s) {
+    if (runs[s] == 0) continue;
+    starts[s] = runs[s] > 1 && s % 3 == 0 ? 0 : pos(rng);
+  }
+  return starts;
+}
+
+// Host values as a cache of `dtype` holds them (bf16-rounded), and their bytes.
+std::vector<float> AsStored(std::vector<float> v, DType dtype) {
+  if (dtype == DType::kBF16) {
+    for (float& x : v) x = static_cast<float>(RoundBf16(x));
+  }
+  return v;
+}
+
+struct AttentionShape {
+  int64_t heads, kv_heads, head_dim;
+  int32_t block_size;
+  DType cache_dtype = DType::kF32;
+};
+
+std::string AttentionShapeName(const AttentionShape& a) {
+  return absl::StrCat(DTypeName(a.cache_dtype), "cache_h", a.heads, "_kvh", a.kv_heads, "_d",
+                      a.head_dim, "_bs", a.block_size);
+}
+
+// ---------------------------------------------------------------- KvCacheWrite
+class KvCacheWriteCase : public OpCase {
+ public:
+  // k and v are column views of one fused qkv row [q | k | v | 3 pad], as the model has them.
+  KvCacheWriteCase(AttentionShape shape, std::vector<int32_t> runs, int32_t max_start = 40)
+      : a_(shape), runs_(std::move(runs)), max_start_(max_start) {}
+  std::string Op() const override { return "KvCacheWrite"; }
+  std::string Params() const override {
+    return absl::StrCat(AttentionShapeName(a_), "_runs", RunsName(runs_), "_pos", max_start_);
+  }
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    layout_ = MakeKvLayout(rng, runs_, MakeStarts(rng, runs_, max_start_), a_.block_size);
+    rows_ = layout_.batch.cu_seqlens.back();
+    width_ = a_.kv_heads * a_.head_dim;
+    row_width_ = a_.heads * a_.head_dim + 2 * width_ + 3;
+    qkv_ = RandomFloats(rng, rows_ * row_width_, -2.0f, 2.0f);
+    const int64_t cache = (layout_.pages + 1) * a_.block_size * width_;
+    k_cache_ = AsStored(RandomFloats(rng, cache), a_.cache_dtype);  // stale contents
+    v_cache_ = AsStored(RandomFloats(rng, cache), a_.cache_dtype);
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_qkv_, DeviceArray::FromFloats(backend, qkv_));
+    COIL_ASSIGN_OR_RETURN(d_k_cache_, DeviceArray::FromFloats(backend, k_cache_, a_.cache_dtype));
+    COIL_ASSIGN_OR_RETURN(d_v_cache_, DeviceArray::FromFloats(backend, v_cache_, a_.cache_dtype));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    const Device dev = backend.device();
+    const Tensor qkv(d_qkv_->data(), DType::kF32, {rows_, row_width_}, dev);
+    const int64_t q_width = a_.heads * a_.head_dim;
+    return backend.KvCacheWrite(qkv.Columns(q_width, width_), qkv.Columns(q_width + width_, width_),
+                                layout_.batch, CacheTensor(*d_k_cache_, dev),
+                                CacheTensor(*d_v_cache_, dev));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    for (const auto& [name, array, initial] :
+         {std::tuple{"k_cache", &*d_k_cache_, &k_cache_},
+          std::tuple{"v_cache", &*d_v_cache_, &v_cache_}}) {
+      COIL_ASSIGN_OR_RETURN(auto bytes, array->Read());
+      std::vector<float> now = Decode(bytes, a_.cache_dtype);
+      // Pages nobody writes must keep their bits; the scratch page's contents are
+      // unspecified once padding entries wrote it.
+      const int64_t page_floats = a_.block_size * width_;
+      const std::vector<bool> written = WrittenPages();
+      for (int64_t page = 0; page < layout_.pages; ++page) {
+        if (!written[page] &&
+            std::memcmp(now.data() + page * page_floats, initial->data() + page * page_floats,
+                        page_floats * sizeof(float)) != 0) {
+          r.guard_violations.push_back(absl::StrCat(name, " page ", page, " is not written but changed"));
+        }
+      }
+      now.resize(layout_.pages * page_floats);
+      r.outputs.emplace_back(name, std::move(now));
+    }
+    return r;
+  }
+  std::vector<std::pair<std::string, std::vector<float>>> Expected() const override {
+    std::vector<float> k = k_cache_, v = v_cache_;
+    const int64_t q_width = a_.heads * a_.head_dim;
+    const PagedKvBatch& b = layout_.batch;
+    for (int s = 0; s < b.num_seqs(); ++s) {
+      for (int32_t t = b.cu_seqlens[s]; t < b.cu_seqlens[s + 1]; ++t) {
+        const int64_t slot = layout_.Slot(s, b.start_positions[s] + (t - b.cu_seqlens[s]));
+        for (int64_t i = 0; i < width_; ++i) {
+          const float* row = &qkv_[t * row_width_ + q_width];
+          k[slot * width_ + i] = static_cast<float>(a_.cache_dtype == DType::kBF16 ? RoundBf16(row[i]) : row[i]);
+          v[slot * width_ + i] = static_cast<float>(
+              a_.cache_dtype == DType::kBF16 ? RoundBf16(row[width_ + i]) : row[width_ + i]);
+        }
+      }
+    }
+    k.resize(layout_.pages * a_.block_size * width_);
+    v.resize(layout_.pages * a_.block_size * width_);
+    return {{"k_cache", std::move(k)}, {"v_cache", std::move(v)}};
+  }
+  double flops() const override { return 0; }
+  double bytes() const override {
+    return rows_ * width_ * 2.0 * (4.0 + DTypeSize(a_.cache_dtype));
+  }
+
+ private:
+  Tensor CacheTensor(const DeviceArray& a, Device dev) const {
+    return Tensor(a.data(), a_.cache_dtype,
+                  {layout_.pages + 1, a_.block_size, a_.kv_heads, a_.head_dim}, dev);
+  }
+  // Pages (scratch excluded) that hold a position some run writes.
+  std::vector<bool> WrittenPages() const {
+    std::vector<bool> written(layout_.pages + 1, false);
+    const PagedKvBatch& b = layout_.batch;
+    for (int s = 0; s < b.num_seqs(); ++s) {
+      for (int32_t i = 0; i < b.run_length(s); ++i) {
+        written[layout_.Slot(s, b.start_positions[s] + i) / a_.block_size] = true;
+      }
+    }
+    return written;
+  }
+
+  AttentionShape a_;
+  std::vector<int32_t> runs_;
+  int32_t max_start_;
+  KvLayout layout_;
+  int64_t rows_ = 0, width_ = 0, row_width_ = 0;
+  std::vector<float> qkv_, k_cache_, v_cache_;
+  std::optional<DeviceArray> d_qkv_, d_k_cache_, d_v_cache_;
+};
+
+// ---------------------------------------------------------------- PagedAttention
+class PagedAttentionCase : public OpCase {
+ public:
+  // The caches hold random history and the runs' own keys (KvCacheWrite's work) on shuffled
+  // pages; q is a column view of a fused qkv row; out is a column view of a wider matrix
+  // (f32) or its own bf16 rows. starts: the runs' start positions (0 for padding entries),
+  // else drawn as MakeStarts does with max_start.
+  PagedAttentionCase(AttentionShape shape, std::vector<int32_t> runs, int32_t max_start = 40,
+                     DType out_dtype = DType::kF32, std::vector<int32_t> starts = {})
+      : a_(shape),
+        runs_(std::move(runs)),
+        max_start_(max_start),
+        out_dtype_(out_dtype),
+        fixed_starts_(std::move(starts)) {}
+  std::string Op() const override { return "PagedAttention"; }
+  std::string Params() const override {
+    return absl::StrCat(AttentionShapeName(a_), out_dtype_ == DType::kBF16 ? "_outbf16" : "",
+                        "_runs", RunsName(runs_),
+                        fixed_starts_.empty() ? absl::StrCat("_pos", max_start_)
+                                              : absl::StrCat("_from", RunsName(fixed_starts_)));
+  }
+  // A bf16 out rounds values that differ in their last bits between the two sides, which
+  // can move an element by one bf16 step.
+  double max_nmse() const override { return out_dtype_ == DType::kBF16 ? 1e-5 : OpCase::max_nmse(); }
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    layout_ = MakeKvLayout(rng, runs_,
+                           fixed_starts_.empty() ? MakeStarts(rng, runs_, max_start_) : fixed_starts_,
+                           a_.block_size);
+    rows_ = layout_.batch.cu_seqlens.back();
+    q_width_ = a_.heads * a_.head_dim;
+    row_width_ = q_width_ + 2 * a_.kv_heads * a_.head_dim + 3;
+    // Scores of a few units: the softmax neither flat nor one-hot.
+    qkv_ = RandomFloats(rng, rows_ * row_width_, -2.0f, 2.0f);
+    const int64_t cache = (layout_.pages + 1) * a_.block_size * a_.kv_heads * a_.head_dim;
+    k_cache_ = Encode(RandomFloats(rng, cache, -1.5f, 1.5f), a_.cache_dtype);
+    v_cache_ = Encode(RandomFloats(rng, cache), a_.cache_dtype);
+    scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a_.head_dim)));
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_qkv_, DeviceArray::FromFloats(backend, qkv_));
+    COIL_ASSIGN_OR_RETURN(d_k_cache_, DeviceArray::Create(backend, k_cache_));
+    COIL_ASSIGN_OR_RETURN(d_v_cache_, DeviceArray::Create(backend, v_cache_));
+    // Poisoned: an element the op never writes stays NaN; the f32 out's padding columns
+    // must keep their value.
+    COIL_ASSIGN_OR_RETURN(d_out_, DeviceArray::FromFloats(
+                                      backend, std::vector<float>(rows_ * out_width(), std::nanf("")),
+                                      out_dtype_));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    const Device dev = backend.device();
+    const Tensor qkv(d_qkv_->data(), DType::kF32, {rows_, row_width_}, dev);
+    const Tensor out(d_out_->data(), out_dtype_, {rows_, out_width()}, dev);
+    return backend.PagedAttention(qkv.Columns(0, q_width_), CacheTensor(*d_k_cache_, dev),
+                                  CacheTensor(*d_v_cache_, dev), layout_.batch, scale_,
+                                  out.Columns(0, q_width_));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    COIL_ASSIGN_OR_RETURN(auto bytes, d_out_->Read());
+    const std::vector<float> all = Decode(bytes, out_dtype_);
+    std::vector<float> out;
+    for (int64_t t = 0; t < rows_; ++t) {
+      out.insert(out.end(), all.begin() + t * out_width(), all.begin() + t * out_width() + q_width_);
+      for (int64_t c = q_width_; c < out_width(); ++c) {
+        if (!std::isnan(all[t * out_width() + c])) {
+          r.guard_violations.push_back(absl::StrCat("out padding (", t, ", ", c, ") changed"));
+        }
+      }
+    }
+    r.outputs.emplace_back("out", std::move(out));
+    return r;
+  }
+  // Per row and head, in double from the equation: softmax over the row's positions
+  // [0, p] of scale * q . K[j] (K, V read at the slots this case's own page arithmetic
+  // gives), times V; rounded to bf16 for a bf16 out.
+  std::vector<std::pair<std::string, std::vector<float>>> Expected() const override {
+    const std::vector<float> k = StoredValues(k_cache_), v = StoredValues(v_cache_);
+    const PagedKvBatch& b = layout_.batch;
+    const int64_t dh = a_.head_dim, group = a_.heads / a_.kv_heads;
+    std::vector<float> out(rows_ * q_width_);
+    std::vector<double> w;
+    for (int s = 0; s < b.num_seqs(); ++s) {
+      for (int32_t t = b.cu_seqlens[s]; t < b.cu_seqlens[s + 1]; ++t) {
+        const int64_t p = b.start_positions[s] + (t - b.cu_seqlens[s]);
+        w.assign(p + 1, 0.0);
+        for (int64_t h = 0; h < a_.heads; ++h) {
+          const int64_t g = h / group;
+          const float* q = &qkv_[t * row_width_ + h * dh];
+          double max = -std::numeric_limits<double>::infinity();
+          for (int64_t j = 0; j <= p; ++j) {
+            const float* kj = &k[(layout_.Slot(s, j) * a_.kv_heads + g) * dh];
+            double dot = 0.0;
+            for (int64_t d = 0; d < dh; ++d) dot += static_cast<double>(q[d]) * kj[d];
+            w[j] = dot * scale_;
+            max = std::max(max, w[j]);
+          }
+          double sum = 0.0;
+          for (double& x : w) sum += (x = std::exp(x - max));
+          for (int64_t d = 0; d < dh; ++d) {
+            double o = 0.0;
+            for (int64_t j = 0; j <= p; ++j) o += w[j] * v[(layout_.Slot(s, j) * a_.kv_heads + g) * dh + d];
+            o /= sum;
+            out[t * q_width_ + h * dh + d] =
+                static_cast<float>(out_dtype_ == DType::kBF16 ? RoundBf16(o) : o);
+          }
+        }
+      }
+    }
+    return {{"out", std::move(out)}};
+  }
+  // 2 H Dh multiply-adds per (row, key): q . k and p v.
+  double flops() const override {
+    double keys = 0;
+    const PagedKvBatch& b = layout_.batch;
+    for (int s = 0; s < b.num_seqs(); ++s) {
+      for (int32_t i = 0; i < b.run_length(s); ++i) keys += b.start_positions[s] + i + 1;
+    }
+    return 4.0 * a_.heads * a_.head_dim * keys;
+  }
+  // What the op must read at least: each sequence's K and V once, q, and out written.
+  double bytes() const override {
+    double positions = 0;
+    const PagedKvBatch& b = layout_.batch;
+    for (int s = 0; s < b.num_seqs(); ++s) positions += b.context_length(s);
+    return positions * 2.0 * a_.kv_heads * a_.head_dim * DTypeSize(a_.cache_dtype) +
+           rows_ * q_width_ * (4.0 + DTypeSize(out_dtype_));
+  }
+
+ private:
+  int64_t out_width() const { return out_dtype_ == DType::kF32 ? q_width_ + 5 : q_width_; }
+  // The values of a cache's bytes: f32 as they are, bf16 as the high half of an f32.
+  std::vector<float> StoredValues(const std::vector<uint8_t>& bytes) const {
+    const size_t size = DTypeSize(a_.cache_dtype), n = bytes.size() / size;
+    std::vector<float> values(n);
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t bits = 0;
+      if (size == 2) {
+        uint16_t half;
+        std::memcpy(&half, bytes.data() + 2 * i, 2);
+        bits = static_cast<uint32_t>(half) << 16;
+      } else {
+        std::memcpy(&bits, bytes.data() + 4 * i, 4);
+      }
+      std::memcpy(&values[i], &bits, 4);
+    }
+    return values;
+  }
+  Tensor CacheTensor(const DeviceArray& a, Device dev) const {
+    return Tensor(a.data(), a_.cache_dtype,
+                  {layout_.pages + 1, a_.block_size, a_.kv_heads, a_.head_dim}, dev);
+  }
+
+  AttentionShape a_;
+  std::vector<int32_t> runs_;
+  int32_t max_start_;
+  DType out_dtype_;
+  std::vector<int32_t> fixed_starts_;
+  KvLayout layout_;
+  int64_t rows_ = 0, q_width_ = 0, row_width_ = 0;
+  float scale_ = 1.0f;
+  std::vector<float> qkv_;
+  std::vector<uint8_t> k_cache_, v_cache_;  // as stored
+  std::optional<DeviceArray> d_qkv_, d_k_cache_, d_v_cache_, d_out_;
+};
+
+// ---------------------------------------------------------------- Relu2
+class Relu2Case : public OpCase {
+ public:
+  // x is columns [2, 2 + width) of up_proj's output, one row wider by 5 (strided rows);
+  // in_place: out is x itself (f32); out_dtype kBF16: down_proj's bf16 rows.
+  Relu2Case(int64_t rows, int64_t width, bool in_place, DType out_dtype = DType::kF32)
+      : rows_(rows), width_(width), in_place_(in_place), out_dtype_(out_dtype) {}
+  std::string Op() const override { return "Relu2"; }
+  std::string Params() const override {
+    return absl::StrCat("f32_t", rows_, "_n", width_, in_place_ ? "_inplace" : "",
+                        out_dtype_ == DType::kBF16 ? "_outbf16" : "");
+  }
+  void MakeInputs(uint64_t seed) override {
+    std::mt19937_64 rng(seed);
+    x_ = RandomFloats(rng, rows_ * (width_ + 5), -3.0f, 3.0f);
+  }
+  absl::Status Prepare(Backend& backend) override {
+    COIL_ASSIGN_OR_RETURN(d_x_, DeviceArray::FromFloats(backend, x_));
+    COIL_ASSIGN_OR_RETURN(d_out_, DeviceArray::FromFloats(
+                                      backend, std::vector<float>(rows_ * width_, std::nanf("")),
+                                      out_dtype_));
+    return absl::OkStatus();
+  }
+  absl::Status Launch(Backend& backend) override {
+    const Device dev = backend.device();
+    const Tensor x = Tensor(d_x_->data(), DType::kF32, {rows_, width_ + 5}, dev).Columns(2, width_);
+    return backend.Relu2(x, in_place_ ? x : Tensor(d_out_->data(), out_dtype_, {rows_, width_}, dev));
+  }
+  absl::StatusOr<OpResult> Collect() override {
+    OpResult r;
+    if (in_place_) {
+      COIL_ASSIGN_OR_RETURN(auto all, d_x_->ReadFloats());
+      std::vector<float> out;
+      for (int64_t t = 0; t < rows_; ++t) {
+        out.insert(out.end(), all.begin() + t * (width_ + 5) + 2,
+                   all.begin() + t * (width_ + 5) + 2 + width_);
+      }
+      r.outputs.emplace_back("out", std::move(out));
+    } else {
+      COIL_ASSIGN_OR_RETURN(auto bytes, d_out_->Read());
+      r.outputs.emplace_back("out", Decode(bytes, out_dtype_));
+    }
+    return r;
+  }
+  std::vector<std::pair<std::string, std::vector<float>>> Expected() const override {
+    std::vector<float> out;
+    for (int64_t t = 0; t < rows_; ++t) {
+      for (int64_t i = 0; i < width_; ++i) {
+        const double x = x_[t * (width_ + 5) + 2 + i];
+        const double y = x > 0 ? x * x : 0.0;
+        out.push_back(static_cast<float>(out_dtype_ == DType::kBF16 ? RoundBf16(y) : y));
+      }
+    }
+    return {{"out", std::move(out)}};
+  }
+  double flops() const override { return 2.0 * rows_ * width_; }
+  double bytes() const override { return rows_ * width_ * (4.0 + DTypeSize(out_dtype_)); }
+
+ private:
+  int64_t rows_, width_;
+  bool in_place_;
+  DType out_dtype_;
+  std::vector<float> x_;
+  std::optional<DeviceArray> d_x_, d_out_;
+};
+
 }  // namespace
 
 std::vector<std::unique_ptr<OpCase>> TestOpCases() {
@@ -1090,10 +1519,47 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   cases.push_back(std::make_unique<GumbelArgmaxCase>(3, 37, 1000, true, true));
   // A second rank's shard of mamba2's vocabulary, padded ids dropped by the view.
   cases.push_back(std::make_unique<GumbelArgmaxCase>(2, 25141, 25144, true, true));
+  // K/V into pages: page sizes 16, 5 (dividing neither a tile of keys nor the runs) and 1,
+  // head_dim 16 and 24, f32 and bf16 caches, decode rows, prompts and resuming chunks that
+  // start inside a page and cross several, padding entries on the scratch page.
+  cases.push_back(std::make_unique<KvCacheWriteCase>(AttentionShape{4, 2, 16, 16},
+                                                     std::vector<int32_t>{5, 1, 1, 20}));
+  cases.push_back(std::make_unique<KvCacheWriteCase>(
+      AttentionShape{4, 2, 24, 5, DType::kBF16}, std::vector<int32_t>{1, 17, 0, 3, 0}));
+  cases.push_back(std::make_unique<KvCacheWriteCase>(AttentionShape{8, 1, 16, 1},
+                                                     std::vector<int32_t>{4, 1, 0}));
+  // Attention: GQA ratios 1, 2, 3 and 8; page sizes 16, 5 and 1; head_dim 16, 24, 40
+  // (partial 16-lane blocks), 64 and 128; f32 and bf16 caches and outs; decode rows,
+  // prompts, chunks resuming at any position, padding entries (one row on the scratch
+  // page), runs of more rows than one work item (16) and contexts of many key tiles.
+  cases.push_back(std::make_unique<PagedAttentionCase>(AttentionShape{4, 4, 16, 16},
+                                                       std::vector<int32_t>{1, 1, 20, 3}));
+  cases.push_back(std::make_unique<PagedAttentionCase>(
+      AttentionShape{4, 2, 24, 5, DType::kBF16}, std::vector<int32_t>{17, 1, 0, 40, 1}));
+  cases.push_back(std::make_unique<PagedAttentionCase>(AttentionShape{8, 1, 32, 1},
+                                                       std::vector<int32_t>{1, 9, 1}));
+  cases.push_back(std::make_unique<PagedAttentionCase>(
+      AttentionShape{6, 2, 64, 16, DType::kBF16}, std::vector<int32_t>{1, 33, 1, 0}, 40,
+      DType::kBF16));
+  cases.push_back(std::make_unique<PagedAttentionCase>(AttentionShape{2, 1, 40, 16},
+                                                       std::vector<int32_t>{300, 1, 2}, 500));
+  cases.push_back(std::make_unique<PagedAttentionCase>(AttentionShape{2, 2, 128, 7},
+                                                       std::vector<int32_t>{5, 1}, 60));
+  // Contexts of 1, 15, 16, 17 and 33 tokens: one key, a tile short of full, full, one key
+  // into the next tile, two tiles and one.
+  cases.push_back(std::make_unique<PagedAttentionCase>(
+      AttentionShape{4, 2, 16, 16}, std::vector<int32_t>{1, 1, 1, 1, 1}, 0, DType::kF32,
+      std::vector<int32_t>{0, 14, 15, 16, 32}));
+  // Many sequences on small pages, padding among them.
+  cases.push_back(std::make_unique<PagedAttentionCase>(
+      AttentionShape{4, 2, 16, 4}, CycledRuns(100, {1, 1, 3, 0, 1, 6}), 70));
+  cases.push_back(std::make_unique<Relu2Case>(5, 100, false));
+  cases.push_back(std::make_unique<Relu2Case>(3, 333, true));
+  cases.push_back(std::make_unique<Relu2Case>(4, 3072, false, DType::kBF16));
   return cases;
 }
 
-std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode) {
+std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode, int context) {
   // mamba2-130m: d_model 768, d_inner 1536, 24 heads of 64, d_state 128, 1 group,
   // in_proj 768 -> 3352, out_proj 1536 -> 768, conv over 1792 channels, vocab 50288.
   std::vector<std::unique_ptr<OpCase>> cases;
@@ -1132,6 +1598,26 @@ std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode) {
   }
   cases.push_back(std::make_unique<ArgmaxCase>(rows, 50288));
   cases.push_back(std::make_unique<GumbelArgmaxCase>(rows, 50277, 0, true, false));
+  // nemotron-130m's attention and MLP: 12 query heads and 4 KV heads of 64, bf16 K/V in
+  // pages of 16, bf16 out (o_proj's and down_proj's input), intermediate size 3072. Decode:
+  // each sequence's one row at position context - 1; prefill: prompts of up to `context`
+  // rows, each ending at position context - 1.
+  const AttentionShape attention{12, 4, 64, 16, DType::kBF16};
+  std::vector<int32_t> starts;
+  std::vector<int32_t> attention_runs;
+  if (decode) {
+    attention_runs.assign(rows, 1);
+    starts.assign(rows, context - 1);
+  } else {
+    for (int left = rows; left > 0; left -= context) {
+      attention_runs.push_back(std::min(left, context));
+      starts.push_back(context - attention_runs.back());
+    }
+  }
+  cases.push_back(std::make_unique<KvCacheWriteCase>(attention, attention_runs, 0));
+  cases.push_back(std::make_unique<PagedAttentionCase>(attention, attention_runs, 0, DType::kBF16,
+                                                       starts));
+  cases.push_back(std::make_unique<Relu2Case>(rows, 3072, false, DType::kBF16));
   return cases;
 }
 

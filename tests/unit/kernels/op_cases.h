@@ -41,6 +41,10 @@ class OpCase {
   virtual absl::Status Launch(Backend& backend) = 0;
   // Reads back the outputs and checks the guards.
   virtual absl::StatusOr<OpResult> Collect() = 0;
+  // The outputs worked out by the case itself from the op's equations (in double, sharing
+  // no code with the kernels), named and ordered as Collect() gives them; empty when the
+  // CPU reference mode is the case's only oracle. Valid after MakeInputs.
+  virtual std::vector<std::pair<std::string, std::vector<float>>> Expected() const { return {}; }
   // NMSE bound against the reference; 1e-7 unless the case says why it needs more.
   virtual double max_nmse() const { return 1e-7; }
   virtual double flops() const = 0;
@@ -59,8 +63,10 @@ class OpCase {
 std::vector<std::unique_ptr<OpCase>> TestOpCases();
 // The perf cases at the mamba2-130m shape (d_model 768, d_inner 1536, in_proj 3352,
 // vocab 50288), `rows` tokens: `rows` sequences of one token each (decode) or one
-// sequence of `rows` tokens (prefill).
-std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode);
+// sequence of `rows` tokens (prefill); and the attention and MLP ops at nemotron-130m's
+// shape over `context` positions: decode rows at position context - 1, prefill as prompts
+// of up to `context` rows that end there.
+std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode, int context = 4096);
 
 }  // namespace coil::testing
 
