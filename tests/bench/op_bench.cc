@@ -1,6 +1,10 @@
 // Per-op figures at the mamba2-130m shape on one backend (the op harness's perf cases,
 // tests/unit/kernels/op_cases.h): for each --rows count, decode (that many sequences of one
 // token) when rows <= --max-decode-rows, else prefill (one sequence of that many tokens).
+// The attention ops (KvCacheWrite, PagedAttention) and Relu2 run at nemotron-130m's shape
+// over --context positions: decode rows at position context - 1, prefill prompts of up to
+// --context rows ending there (a bf16 cache of 1 KiB per position and sequence, so mind
+// rows x context in decode).
 // Each case runs once untimed (first-use work: a GPU matmul's plan), then --repeats launches
 // between two Synchronize() calls, timed by the wall clock: on a GPU the queued launches
 // overlap the kernels, so with 20+ repeats the figure is the device time per call (or the
@@ -10,7 +14,7 @@
 // A plain program (no Google Benchmark): it builds wherever the core does.
 //
 //   op_bench [--device cpu|cuda] [--rows 1,256,2048,16384] [--ops SsmScan,Matmul]
-//            [--repeats 20] [--bandwidth-gbs G] [--threads T]
+//            [--repeats 20] [--bandwidth-gbs G] [--threads T] [--context 4096]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +44,9 @@ ABSL_FLAG(int32_t, repeats, 20, "timed launches per case (20+ on a GPU)");
 ABSL_FLAG(double, bandwidth_gbs, -1,
           "memory bandwidth for the bound, GB/s (-1: 4800, an H200, with cuda; 33 on the cpu, "
           "docs/PERFORMANCE.md)");
+ABSL_FLAG(int32_t, context, 4096,
+          "positions the attention cases attend over (decode rows at context - 1, prefill "
+          "prompts of up to this many rows)");
 
 namespace coil::testing {
 namespace {
@@ -91,6 +98,11 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "op_bench: --repeats %d: expected at least 1\n", repeats);
     return 2;
   }
+  const int context = absl::GetFlag(FLAGS_context);
+  if (context < 1) {
+    std::fprintf(stderr, "op_bench: --context %d: expected at least 1\n", context);
+    return 2;
+  }
   double bandwidth_gbs = absl::GetFlag(FLAGS_bandwidth_gbs);
   if (bandwidth_gbs <= 0) bandwidth_gbs = *kind == BackendKind::kCuda ? 4800 : 33;
 
@@ -110,7 +122,7 @@ int Main(int argc, char** argv) {
   int failures = 0, ran = 0;
   for (int rows : rows_list) {
     const bool decode = rows <= absl::GetFlag(FLAGS_max_decode_rows);
-    std::vector<std::unique_ptr<OpCase>> cases = PerfOpCases(rows, decode);
+    std::vector<std::unique_ptr<OpCase>> cases = PerfOpCases(rows, decode, context);
     for (std::unique_ptr<OpCase>& op : cases) {
       if (!ops.empty() && std::find(ops.begin(), ops.end(), op->Op()) == ops.end()) continue;
       ++ran;
@@ -136,7 +148,9 @@ int Main(int argc, char** argv) {
   }
   if (ran == 0) {
     std::fprintf(stderr, "op_bench: --ops %s matched no case; op names: Matmul, Embedding, "
-                 "AddRmsNorm, CausalConv1d, SsmScan, GatedSumSquares, GatedNormApply, Argmax\n",
+                 "AddRmsNorm, CausalConv1d, SsmScan, GatedSumSquares, GatedNormApply, GatedRmsNorm, "
+                 "MixerDecode, MixerDecodeSumSquares, Argmax, GumbelArgmax, KvCacheWrite, "
+                 "PagedAttention, Relu2\n",
                  absl::GetFlag(FLAGS_ops).c_str());
     return 2;
   }
