@@ -12,6 +12,14 @@
 # Kubernetes' terminationGracePeriodSeconds must exceed drain + 10 + 2 x that timeout (the
 # worst case: a stuck rank; see below).
 #
+# Roles (COIL_ROLE): `server` (the default) runs every rank in this container. A TP group
+# that spans hosts (pods) has one `leader`, which runs mpirun with a hostfile naming itself
+# and the others and serves gRPC from rank 0, and `worker`s, which start no rank by
+# themselves: each runs an SSH daemon through which the leader's mpirun starts Open MPI's
+# daemon and the worker's ranks there (Open MPI's own remote launch, over SSH). The
+# leader's hosts come from COIL_HOSTS, or from the variables a Kubernetes LeaderWorkerSet
+# gives every pod of a group (LWS_LEADER_ADDRESS, LWS_GROUP_SIZE; see deploy/README.md).
+#
 # Environment (unset = coil-serve's default unless a default is given here):
 #   COIL_TP_SIZE (1)         ranks, i.e. mpirun -np
 #   COIL_MODEL (required)    --model            COIL_TOKENIZER        --tokenizer
@@ -25,6 +33,19 @@
 #   COIL_MPI_KILL_TIMEOUT    odls_base_sigkill_timeout in seconds (default drain timeout + 5)
 #   COIL_MPIRUN_ARGS         extra mpirun arguments, split on spaces (default: --bind-to none)
 #   COIL_MPIRUN (mpirun), COIL_SERVE (coil-serve)  the programs to run
+# Across hosts:
+#   COIL_ROLE (server)       server, leader or worker
+#   COIL_HOSTS               leader: the hosts, comma-separated, this one first (default:
+#                            from LWS_LEADER_ADDRESS and LWS_GROUP_SIZE)
+#   COIL_RANKS_PER_HOST (1)  leader: ranks on each host; COIL_TP_SIZE must equal
+#                            hosts x ranks per host
+#   COIL_MPI_LAUNCHER        leader: Open MPI's plm_rsh_agent, the command that runs a
+#                            command on a host (default: ssh with the group's key)
+#   COIL_SSH_DIR (/etc/coil/ssh)  leader and workers: the group's key pair (id_ed25519,
+#                            id_ed25519.pub): the leader logs in with it, the workers accept
+#                            it and present it as their host key
+#   COIL_SSH_PORT (2222)     the workers' SSH port
+#   COIL_WORKER_WAIT (600)   leader: seconds to wait for every worker's SSH port
 # Arguments given to this script are appended to coil-serve's flags.
 set -euo pipefail
 
@@ -35,6 +56,82 @@ die() {
 
 # Decimal only: bash arithmetic would read "010" as octal.
 is_uint() { [[ "$1" =~ ^(0|[1-9][0-9]*)$ ]]; }
+
+children_of() {  # the pids whose parent is $1, from /proc (no procps in the image)
+  local stat line fields close=') '
+  for stat in /proc/[0-9]*/stat; do
+    line=$(<"$stat") 2>/dev/null || continue
+    # After "pid (comm) " (comm may hold spaces and parentheses): state ppid ...
+    read -r -a fields <<<"${line##*"$close"}"
+    if [[ "${fields[1]:-}" == "$1" ]]; then
+      stat=${stat#/proc/}
+      echo "${stat%/stat}"
+    fi
+  done
+}
+
+role=${COIL_ROLE:-server}
+[[ "$role" == server || "$role" == leader || "$role" == worker ]] ||
+  die "COIL_ROLE=$role is not server, leader or worker"
+ssh_dir=${COIL_SSH_DIR:-/etc/coil/ssh}
+ssh_port=${COIL_SSH_PORT:-2222}
+is_uint "$ssh_port" || die "COIL_SSH_PORT=$ssh_port is not a port number"
+# Private copies of the group's keys with the modes ssh and sshd insist on (a mounted
+# Secret's files are group-readable under an fsGroup), in a directory only this user reads.
+ssh_home=${TMPDIR:-/tmp}/coil-ssh
+
+copy_ssh_keys() {
+  local file
+  for file in id_ed25519 id_ed25519.pub; do
+    [[ -r "$ssh_dir/$file" ]] ||
+      die "$ssh_dir/$file is missing or unreadable; mount the group's key pair there (COIL_SSH_DIR; see deploy/README.md)"
+  done
+  rm -rf "$ssh_home"
+  mkdir -m 700 "$ssh_home"
+  install -m 600 "$ssh_dir/id_ed25519" "$ssh_home/id_ed25519"
+  install -m 644 "$ssh_dir/id_ed25519.pub" "$ssh_home/id_ed25519.pub"
+}
+
+# worker: an SSH daemon that accepts the group's key (and presents it as its host key, so
+# the leader can tell a member of its group from anything else at that address) and lets
+# the leader's mpirun start Open MPI's daemon here. It runs as this user on an
+# unprivileged port until SIGTERM or SIGINT. Its sessions end when mpirun's connection
+# does: a leader that stops takes the worker's ranks with it.
+if [[ "$role" == worker ]]; then
+  copy_ssh_keys
+  cp "$ssh_home/id_ed25519.pub" "$ssh_home/authorized_keys"
+  printf '%s\n' "Port $ssh_port" "HostKey $ssh_home/id_ed25519" \
+    "AuthorizedKeysFile $ssh_home/authorized_keys" "PidFile $ssh_home/sshd.pid" \
+    "AllowUsers $(id -un)" "PubkeyAuthentication yes" "PasswordAuthentication no" \
+    "KbdInteractiveAuthentication no" "PermitRootLogin no" "UsePAM no" "StrictModes no" \
+    "AllowTcpForwarding no" "X11Forwarding no" "PermitUserEnvironment no" "PrintMotd no" \
+    "LogLevel ERROR" >"$ssh_home/sshd_config"
+  sshd=$(command -v sshd || echo /usr/sbin/sshd)
+  echo "coil-entrypoint: worker: $sshd on port $ssh_port for the leader's mpirun" >&2
+  "$sshd" -D -e -f "$ssh_home/sshd_config" &
+  sshd_pid=$!
+  # On SIGTERM the whole group is being stopped (a LeaderWorkerSet stops its pods
+  # together): the ranks here must outlive the leader's drain, so wait until the leader's
+  # session has ended (sshd has no child left: mpirun closed it after the last rank
+  # exited), at most the drain timeout + 10 s, then stop sshd.
+  is_uint "${COIL_DRAIN_TIMEOUT:-30}" || die "COIL_DRAIN_TIMEOUT=$COIL_DRAIN_TIMEOUT is not a whole number of seconds"
+  worker_grace=$((${COIL_DRAIN_TIMEOUT:-30} + 10))
+  # shellcheck disable=SC2317  # called by the traps below
+  stop_worker() {
+    echo "coil-entrypoint: worker: SIG$1: waiting up to ${worker_grace} s for the leader's session to end" >&2
+    local deadline=$((SECONDS + worker_grace))
+    while [[ -n "$(children_of "$sshd_pid")" ]] && ((SECONDS < deadline)); do sleep 0.5; done
+    kill -TERM "$sshd_pid" 2>/dev/null
+    wait "$sshd_pid"
+    exit 0
+  }
+  trap 'stop_worker TERM' TERM
+  trap 'stop_worker INT' INT
+  status=0
+  wait "$sshd_pid" || status=$?
+  echo "coil-entrypoint: worker: sshd exited with status $status" >&2
+  exit "$status"
+fi
 
 tp_size=${COIL_TP_SIZE:-1}
 [[ "$tp_size" =~ ^[1-9][0-9]*$ ]] || die "COIL_TP_SIZE=$tp_size is not a positive integer; set it to the tensor-parallel size (1, 2, ...)"
@@ -70,6 +167,57 @@ add_flag --max-model-len COIL_MAX_MODEL_LEN
 add_flag --max-queue COIL_MAX_QUEUE
 add_flag --threads COIL_THREADS
 
+# leader: the hostfile, the launcher and, with the default launcher, the wait for the
+# workers' SSH daemons (a LeaderWorkerSet starts the group's pods together).
+leader_setup() {
+  local hosts_list=${COIL_HOSTS:-}
+  local ranks_per_host=${COIL_RANKS_PER_HOST:-1}
+  [[ "$ranks_per_host" =~ ^[1-9][0-9]*$ ]] ||
+    die "COIL_RANKS_PER_HOST=$ranks_per_host is not a positive integer"
+  if [[ -z "$hosts_list" ]]; then
+    # LeaderWorkerSet: the leader is <group>.<subdomain>..., worker i is <group>-<i>.<subdomain>...
+    [[ -n "${LWS_LEADER_ADDRESS:-}" && -n "${LWS_GROUP_SIZE:-}" ]] ||
+      die "COIL_ROLE=leader needs COIL_HOSTS (the hosts, comma-separated, this one first) or a LeaderWorkerSet's LWS_LEADER_ADDRESS and LWS_GROUP_SIZE"
+    [[ "$LWS_GROUP_SIZE" =~ ^[1-9][0-9]*$ ]] || die "LWS_GROUP_SIZE=$LWS_GROUP_SIZE is not a positive integer"
+    local leader_pod=${LWS_LEADER_ADDRESS%%.*} domain="" i
+    [[ "$LWS_LEADER_ADDRESS" == *.* ]] && domain=.${LWS_LEADER_ADDRESS#*.}
+    # The leader by its own name (its hostname in the pod), which mpirun knows for itself.
+    hosts_list=$leader_pod
+    for ((i = 1; i < LWS_GROUP_SIZE; i++)); do hosts_list+=",$leader_pod-$i$domain"; done
+  fi
+  local hosts host
+  IFS=, read -r -a hosts <<<"$hosts_list"
+  ((${#hosts[@]} * ranks_per_host == tp_size)) ||
+    die "COIL_TP_SIZE=$tp_size, but ${#hosts[@]} hosts ($hosts_list) x COIL_RANKS_PER_HOST=$ranks_per_host = $((${#hosts[@]} * ranks_per_host)) ranks; make them agree"
+  local hostfile=${TMPDIR:-/tmp}/coil-hostfile
+  : >"$hostfile"
+  for host in "${hosts[@]}"; do
+    [[ "$host" =~ ^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$ ]] ||
+      die "'$host' in COIL_HOSTS=$hosts_list is not a host name"
+    echo "$host slots=$ranks_per_host" >>"$hostfile"
+  done
+  local launcher=${COIL_MPI_LAUNCHER:-}
+  if [[ -z "$launcher" ]]; then
+    copy_ssh_keys
+    # Known hosts: any name that presents the group's key.
+    echo "* $(cut -d' ' -f1,2 "$ssh_home/id_ed25519.pub")" >"$ssh_home/known_hosts"
+    launcher="ssh -p $ssh_port -i $ssh_home/id_ed25519 -o IdentitiesOnly=yes -o BatchMode=yes"
+    launcher+=" -o UserKnownHostsFile=$ssh_home/known_hosts -o StrictHostKeyChecking=yes -o LogLevel=ERROR"
+    local wait_for=${COIL_WORKER_WAIT:-600} deadline
+    is_uint "$wait_for" || die "COIL_WORKER_WAIT=$wait_for is not a whole number of seconds"
+    deadline=$((SECONDS + wait_for))
+    for host in "${hosts[@]:1}"; do
+      until (exec 3<>"/dev/tcp/$host/$ssh_port") 2>/dev/null; do
+        ((SECONDS < deadline)) || die "worker $host:$ssh_port did not answer within ${wait_for} s (COIL_WORKER_WAIT)"
+        sleep 2
+      done
+      echo "coil-entrypoint: leader: worker $host answers on port $ssh_port" >&2
+    done
+  fi
+  mpirun_args+=(--hostfile "$hostfile" --mca plm_rsh_agent "$launcher")
+  echo "coil-entrypoint: leader: $tp_size ranks on ${hosts[*]}" >&2
+}
+
 mpirun_args=(
   -np "$tp_size"
   # Shared-memory transport without the ptrace-based single copy (CMA), which a container
@@ -81,12 +229,16 @@ mpirun_args=(
 if [[ $(id -u) -eq 0 ]]; then mpirun_args+=(--allow-run-as-root); fi
 read -r -a extra_mpirun_args <<<"${COIL_MPIRUN_ARGS:---bind-to none}"
 mpirun_args+=("${extra_mpirun_args[@]}")
+if [[ "$role" == leader ]]; then leader_setup; fi
 
 echo "coil-entrypoint: ${COIL_MPIRUN:-mpirun} ${mpirun_args[*]} ${COIL_SERVE:-coil-serve} ${serve_args[*]} $*" >&2
 
 # mpirun runs as a child, not exec'd, so that this shell decides where a signal goes.
 #
-# Where: to the ranks themselves (mpirun's children), not to mpirun. Open MPI 4.1's mpirun,
+# Where: to the ranks themselves (those of mpirun's children that are MPI processes), not
+# to mpirun. On a leader, mpirun's other children are the launchers of the remote hosts'
+# daemons: signalled, they would cut the workers off in the middle of the drain. Remote
+# ranks hear of the stop from rank 0, as the shutdown plan. Open MPI 4.1's mpirun,
 # when signalled, sends its ranks SIGCONT, sleeps odls_base_sigkill_timeout, sends SIGTERM,
 # sleeps it again and sends SIGKILL, whatever the ranks do meanwhile: the ranks would learn
 # of the shutdown one timeout late and the pod would always take two timeouts to stop.
@@ -101,15 +253,11 @@ pending=""
 signals=0
 fallback_after=$((drain_timeout + 10))
 
-children_of() {  # the pids whose parent is $1, from /proc (no procps in the image)
-  local stat line fields close=') '
-  for stat in /proc/[0-9]*/stat; do
-    line=$(<"$stat") 2>/dev/null || continue
-    # After "pid (comm) " (comm may hold spaces and parentheses): state ppid ...
-    read -r -a fields <<<"${line##*"$close"}"
-    if [[ "${fields[1]:-}" == "$1" ]]; then
-      stat=${stat#/proc/}
-      echo "${stat%/stat}"
+ranks_of() {  # the children of mpirun $1 that are MPI ranks (Open MPI gave them a rank)
+  local pid
+  for pid in $(children_of "$1"); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK='; then
+      echo "$pid"
     fi
   done
 }
@@ -122,7 +270,7 @@ forward() {
   fi
   signals=$((signals + 1))
   local ranks
-  ranks=$(children_of "$child" | tr '\n' ' ')
+  ranks=$(ranks_of "$child" | tr '\n' ' ')
   if ((signals == 1)) && [[ -n "$ranks" ]]; then
     echo "coil-entrypoint: SIG$1: passing it to the ranks (pids ${ranks% }) to drain within ${drain_timeout} s" >&2
     # shellcheck disable=SC2086  # one pid per word

@@ -119,6 +119,36 @@ check "COIL_DEVICE=tpu" expect_usage_error COIL_DEVICE COIL_MODEL=/m COIL_DEVICE
 )
 check "mpirun command line and exit status" test $? -eq 0
 
+# ---- the leader of a multi-host group: hosts from a LeaderWorkerSet's variables ----
+check "COIL_ROLE=boss" expect_usage_error COIL_ROLE COIL_MODEL=/m COIL_ROLE=boss
+check "leader without hosts" expect_usage_error LWS_LEADER_ADDRESS COIL_MODEL=/m COIL_ROLE=leader
+check "leader: TP size and hosts disagree" expect_usage_error "make them agree" COIL_MODEL=/m \
+  COIL_ROLE=leader COIL_TP_SIZE=4 COIL_HOSTS=a,b COIL_MPI_LAUNCHER=true
+check "leader: a host that is no host name" expect_usage_error "not a host name" COIL_MODEL=/m \
+  COIL_ROLE=leader COIL_TP_SIZE=2 "COIL_HOSTS=a,b;reboot" COIL_MPI_LAUNCHER=true
+check "worker without keys" expect_usage_error "COIL_SSH_DIR" COIL_ROLE=worker COIL_SSH_DIR=/nonexistent
+(
+  # LWS names the group's pods <group>, <group>-1, ... in the subdomain of the leader's
+  # address (values as LeaderWorkerSet's documentation shows them).
+  export COIL_MPIRUN=$recorder COIL_MODEL=/m COIL_ROLE=leader COIL_TP_SIZE=6 COIL_RANKS_PER_HOST=2
+  export LWS_LEADER_ADDRESS=coil-0.coil.serving LWS_GROUP_SIZE=3 COIL_MPI_LAUNCHER=/bin/launch
+  export TMPDIR=$work/leader-tmp
+  mkdir -p "$TMPDIR"
+  start_entrypoint leader
+  wait_for_ready 1 || exit 1
+  kill -TERM "$pid"
+  finish || true
+  mapfile -t got <"$RECORDER_DIR"/argv.*
+  ok=0
+  [[ " ${got[*]} " == *" -np 6 "* ]] || { echo "argv: ${got[*]}" >&2; ok=1; }
+  [[ " ${got[*]} " == *" --hostfile $TMPDIR/coil-hostfile --mca plm_rsh_agent /bin/launch "* ]] ||
+    { echo "argv: ${got[*]}" >&2; ok=1; }
+  expected=$'coil-0 slots=2\ncoil-0-1.coil.serving slots=2\ncoil-0-2.coil.serving slots=2'
+  [[ "$(cat "$TMPDIR/coil-hostfile")" == "$expected" ]] || { cat "$TMPDIR/coil-hostfile" >&2; ok=1; }
+  exit $ok
+)
+check "leader: hostfile from LWS_LEADER_ADDRESS and LWS_GROUP_SIZE, the launcher" test $? -eq 0
+
 # ---- real mpirun, two ranks: a signal reaches every rank once, they drain, exit 0 ----
 drain_under_mpirun() (  # drain_under_mpirun SIGNAL; a subshell keeps its environment
   export COIL_TP_SIZE=2 COIL_MODEL=/m COIL_SERVE=$recorder COIL_DRAIN_TIMEOUT=20
