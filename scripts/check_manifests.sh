@@ -6,8 +6,10 @@
 #      (the Kubernetes API schemas from the npm package kubernetes-models, plus a strict
 #      check for undeclared fields);
 #   4. every deliberately broken manifest in tests/unit/deploy/broken-manifests fails that
-#      check with the reason its "# expect:" line names (and the valid control passes),
-#      so the check is known to catch what it claims to.
+#      check with the reason its "# expect:" line names (and the valid controls pass),
+#      so the check is known to catch what it claims to;
+#   5. so does every broken overlay in tests/unit/deploy/broken-overlays (a real overlay
+#      with a faulty patch on top): it renders, and its rendering fails the check.
 # Installs the validator's npm packages (npm ci, from package-lock.json) when they are
 # missing. Exits non-zero on any failure, naming it.
 #
@@ -18,7 +20,8 @@ cd "$(dirname "$0")/.."
 k8s=deploy/k8s
 validate_dir=$k8s/validate
 broken_dir=tests/unit/deploy/broken-manifests
-overlays=(cpu-tp1 cpu-tp2 gpu-tp1 gpu-tp2)
+broken_overlays_dir=tests/unit/deploy/broken-overlays
+overlays=(cpu-tp1 cpu-tp2 gpu-tp1 gpu-tp2 cpu-tp2-multipod)
 failures=0
 fail() {
   echo "check_manifests: FAIL: $*" >&2
@@ -88,6 +91,26 @@ for manifest in "$broken_dir"/*.yaml; do
     echo "check_manifests: $(basename "$manifest"): rejected as expected ($expect)"
   fi
 done
+# ---- 5. the broken overlays must render, then fail, each for its reason ----
+for overlay in "$broken_overlays_dir"/*/; do
+  name=$(basename "$overlay")
+  expect=$(sed -n 's/^# expect: //p' "$overlay/kustomization.yaml" | head -n1)
+  [[ -n "$expect" ]] || { fail "$overlay has no '# expect:' line"; continue; }
+  if ! render "$overlay" >"$work/broken-$name.yaml"; then
+    fail "broken overlay $name does not render (it must render and then fail the schema check)"
+    continue
+  fi
+  status=0
+  output=$(node "$validate_dir/validate.mjs" "$work/broken-$name.yaml" 2>&1) || status=$?
+  if ((status == 0)); then
+    fail "broken overlay $name was accepted; expected: $expect"
+  elif [[ "$output" != *"$expect"* ]]; then
+    fail "broken overlay $name was rejected for another reason than '$expect': $output"
+  else
+    echo "check_manifests: broken overlay $name: rejected as expected ($expect)"
+  fi
+done
+
 # yamllint must refuse the broken YAML too.
 if yamllint -s -c "$k8s/.yamllint" "$broken_dir/duplicate-key.yaml" >/dev/null; then
   fail "yamllint accepted $broken_dir/duplicate-key.yaml"

@@ -12,14 +12,76 @@
 // undeclared. (A field declared as "any value" would be reported too; the core APIs used
 // here have none.)
 //
+// Kinds that custom resource definitions add (LeaderWorkerSet, ...) are not in
+// kubernetes-models: their schemas are vendored under schemas/, one JSON file per kind named
+// GROUP_VERSION_KIND.json (made by crd-to-schema.mjs from the CRD the project publishes),
+// and checked with Ajv the same way, plus the same strict check. Two things of Kubernetes'
+// structural schemas are made explicit for that: `x-kubernetes-int-or-string` becomes
+// "an integer or a string" (the API server enforces it; JSON Schema alone would accept
+// anything), and the object's own metadata, which a CRD declares only as "an object", is
+// checked against kubernetes-models' ObjectMeta.
+//
 // Usage: node validate.mjs FILE...   (multi-document YAML; exit 1 on any problem)
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { parseAllDocuments } from "yaml";
+import Ajv from "ajv";
+import { formats } from "@kubernetes-models/validate";
+import { ObjectMeta } from "@kubernetes-models/apimachinery/apis/meta/v1/ObjectMeta";
 
-async function modelFor(apiVersion, kind) {
-  if (typeof apiVersion !== "string" || typeof kind !== "string" || !/^[\w./-]+$/.test(apiVersion)) {
+const schemaDir = new URL("./schemas/", import.meta.url);
+
+// A validator is a function from an object to its schema errors (Ajv's shape: instancePath,
+// message, params), empty when the object is valid.
+function modelErrors(model, object) {
+  try {
+    new model(object).validate();
+    return [];
+  } catch (error) {
+    if (Array.isArray(error.errors)) return error.errors;
+    throw error;
+  }
+}
+
+function withIntOrString(node) {
+  if (Array.isArray(node)) return node.map(withIntOrString);
+  if (node === null || typeof node !== "object") return node;
+  const copy = Object.fromEntries(Object.entries(node).map(([key, value]) => [key, withIntOrString(value)]));
+  if (copy["x-kubernetes-int-or-string"] === true && copy.type === undefined) {
+    copy.anyOf = [{ type: "integer" }, { type: "string" }];
+  }
+  return copy;
+}
+
+let ajv = null;
+function customResourceValidator(apiVersion, kind) {
+  const file = new URL(`${apiVersion.replace("/", "_")}_${kind}.json`, schemaDir);
+  if (!apiVersion.includes("/") || !existsSync(file)) return null;
+  if (ajv === null) {
+    // strict off: the schemas carry Kubernetes' x-kubernetes-* keywords, which only the API
+    // server acts on (besides int-or-string, handled above).
+    ajv = new Ajv({ allErrors: true, strict: false, formats });
+  }
+  const { ["x-coil-source"]: _source, ...schema } = JSON.parse(readFileSync(file, "utf8"));
+  const check = ajv.compile(withIntOrString(schema));
+  return (object) => {
+    const errors = check(object) ? [] : [...check.errors];
+    const metadata = object?.metadata;
+    if (metadata !== null && typeof metadata === "object" && !Array.isArray(metadata)) {
+      for (const error of modelErrors(ObjectMeta, metadata)) {
+        errors.push({ ...error, instancePath: "/metadata" + error.instancePath });
+      }
+    }
+    return errors;
+  };
+}
+
+async function validatorFor(apiVersion, kind) {
+  if (typeof apiVersion !== "string" || typeof kind !== "string" || !/^[\w./-]+$/.test(apiVersion) ||
+      !/^\w+$/.test(kind)) {
     return null;
   }
+  const custom = customResourceValidator(apiVersion, kind);
+  if (custom) return custom;
   let module;
   try {
     module = await import(`kubernetes-models/${apiVersion}`);
@@ -29,17 +91,7 @@ async function modelFor(apiVersion, kind) {
   const model = module[kind];
   // The modules also export nested types (DeploymentSpec, ...), which have no kind.
   if (!model || model.kind !== kind || model.apiVersion !== apiVersion) return null;
-  return model;
-}
-
-function schemaErrors(model, object) {
-  try {
-    new model(object).validate();
-    return [];
-  } catch (error) {
-    if (Array.isArray(error.errors)) return error.errors;
-    throw error;
-  }
+  return (object) => modelErrors(model, object);
 }
 
 const pointer = (path) => "/" + path.map((p) => String(p).replace(/~/g, "~0").replace(/\//g, "~1")).join("/");
@@ -52,7 +104,7 @@ function withValueAt(object, path, value) {
   return copy;
 }
 
-function undeclaredFields(model, object) {
+function undeclaredFields(schemaErrors, object) {
   const found = [];
   const visit = (value, path) => {
     if (Array.isArray(value)) {
@@ -63,7 +115,7 @@ function undeclaredFields(model, object) {
     for (const key of Object.keys(value)) {
       const fieldPath = [...path, key];
       const at = pointer(fieldPath);
-      const errors = schemaErrors(model, withValueAt(object, fieldPath, [[]]));
+      const errors = schemaErrors(withValueAt(object, fieldPath, [[]]));
       const declared = errors.some((e) => e.instancePath === at || e.instancePath.startsWith(at + "/"));
       if (declared) {
         visit(value[key], fieldPath);
@@ -81,14 +133,14 @@ async function checkObject(object) {
   if (object === null || typeof object !== "object" || Array.isArray(object)) {
     return ["the document is not a mapping"];
   }
-  const model = await modelFor(object.apiVersion, object.kind);
-  if (!model) {
+  const schemaErrors = await validatorFor(object.apiVersion, object.kind);
+  if (!schemaErrors) {
     return [`kind "${object.kind}" does not exist in apiVersion "${object.apiVersion}"`];
   }
-  for (const error of schemaErrors(model, object)) {
+  for (const error of schemaErrors(object)) {
     problems.push(`${error.instancePath || "/"}: ${error.message ?? error.keyword} ${JSON.stringify(error.params)}`);
   }
-  for (const field of undeclaredFields(model, object)) {
+  for (const field of undeclaredFields(schemaErrors, object)) {
     problems.push(`${field}: unknown field (not in the ${object.apiVersion} ${object.kind} schema)`);
   }
   return problems;
