@@ -23,6 +23,9 @@ PACKAGES=(
   libicu-dev
   # the Prometheus /metrics endpoint (HTTP) and the Kubernetes manifest check
   libcpp-httplib-dev yamllint shellcheck
+  # the image check (scripts/check_images.sh: a local Debian base image, buildah) and the
+  # tests that run ranks in network namespaces (ip netns; ssh-keygen for a group's keys)
+  buildah debootstrap iproute2 openssh-client
 )
 
 check_only=0

@@ -2,9 +2,14 @@
 # Sets up what is missing, builds coil with every core, and runs every test with ctest.
 # Exits non-zero on any failure.
 #
-# Usage: scripts/test.sh [--asan] [--cpu-only] [ctest arguments...]
-#   --asan      Debug build with AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
-#   --cpu-only  configure with -DCOIL_CUDA=OFF even where nvcc is present
+# Then, as root, builds the CPU container image from what it built and runs it
+# (scripts/check_images.sh).
+#
+# Usage: scripts/test.sh [--asan] [--cpu-only] [--no-images] [ctest arguments...]
+#   --asan       Debug build with AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/);
+#                no image check
+#   --cpu-only   configure with -DCOIL_CUDA=OFF even where nvcc is present
+#   --no-images  skip the image check
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,11 +17,14 @@ build_dir=${COIL_BUILD_DIR:-build}
 # scripts/demo.sh configures build/ the same way: running both compiles each file once.
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
 ctest_args=()
+images=1
 for arg in "$@"; do
   case "$arg" in
     --asan) build_dir=${COIL_BUILD_DIR:-build-asan}
-            cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOIL_SANITIZE=ON) ;;
+            cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOIL_SANITIZE=ON)
+            images=0 ;;
     --cpu-only) cmake_args+=(-DCOIL_CUDA=OFF) ;;
+    --no-images) images=0 ;;
     *) ctest_args+=("$arg") ;;
   esac
 done
@@ -34,4 +42,9 @@ cmake --build "$build_dir" -j "$(nproc)"
 built=$(date +%s)
 ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" "${ctest_args[@]}"
 done_at=$(date +%s)
-echo "test.sh: build $((built - start)) s, tests $((done_at - built)) s"
+images_took=""
+if ((images)); then
+  bash scripts/check_images.sh --build-dir "$build_dir"
+  images_took=", image check $(($(date +%s) - done_at)) s"
+fi
+echo "test.sh: build $((built - start)) s, tests $((done_at - built)) s$images_took"
