@@ -149,9 +149,12 @@ stop one_host
 log "TP2 on one host (shared memory): $requests requests served; step $one_host_step"
 
 # ---- two hosts: the leader in A runs rank 0 and reaches B through the launcher; TCP only
-# (btl tcp,self: no shared-memory transport allowed) ----
+# (btl tcp,self: no shared-memory transport allowed), on the fixed port ranges
+# deploy/README.md gives for firewalls ----
+tcp_args="--bind-to none --mca btl tcp,self --mca oob_tcp_static_ipv4_ports 30000-30010"
+tcp_args+=" --mca btl_tcp_port_min_v4 30100 --mca btl_tcp_port_range_v4 100"
 start two_hosts COIL_TP_SIZE=2 COIL_ROLE=leader COIL_HOSTS="$addr_a,$addr_b" \
-  COIL_MPI_LAUNCHER="$launcher" COIL_MPIRUN_ARGS="--bind-to none --mca btl tcp,self" \
+  COIL_MPI_LAUNCHER="$launcher" COIL_MPIRUN_ARGS="$tcp_args" \
   NETNS_LAUNCH_NAMESPACES="$host_a $host_b"
 declare -A where=()
 for pid in $(ip netns pids "$host_a") $(ip netns pids "$host_b"); do
@@ -163,6 +166,17 @@ done
 [[ "${where[0]:-}" == "$host_a" && "${where[1]:-}" == "$host_b" ]] ||
   fail "expected rank 0 in $host_a and rank 1 in $host_b; found rank 0 in '${where[0]:-}', rank 1 in '${where[1]:-}'"
 log "rank 0 runs in $host_a, rank 1 in $host_b"
+# Every TCP connection between the hosts (B's loopback ones are within host B) uses a port
+# of those ranges on one side.
+connections=$(ip netns exec "$host_b" ss -Htn state established | awk -v a="$addr_a" '$4 ~ "^" a ":" {print $3 " " $4}')
+in_range() { (($1 >= 30000 && $1 <= 30010)) || (($1 >= 30100 && $1 < 30200)); }
+while read -r local_end remote_end; do
+  [[ -n "$local_end" ]] || continue
+  in_range "${local_end##*:}" || in_range "${remote_end##*:}" ||
+    fail "a connection between the hosts outside the fixed port ranges: $local_end - $remote_end"
+done <<<"$connections"
+[[ -n "$connections" ]] || fail "no TCP connection between $host_b and $host_a"
+log "host B's connections, all on the fixed port ranges: $(tr '\n' ';' <<<"$connections")"
 generate_all two_hosts
 two_hosts_step=$(step_time)
 stop two_hosts
