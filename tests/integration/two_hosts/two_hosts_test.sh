@@ -17,12 +17,15 @@
 #
 # Usage: two_hosts_test.sh --serve PATH --cli PATH --make-model PATH [--shape tiny]
 #          [--dtype f32] [--requests 4] [--max-tokens 16] [--prompt-tokens 8] [--threads 1]
+#          [--comm-bench PATH]
+# --comm-bench also runs that comm_bench (tests/bench) on both placements, for the
+# all-reduce and plan-broadcast times over shared memory and over TCP between the hosts.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 entrypoint=$here/../../../deploy/docker/coil-entrypoint.sh
 launcher=$here/netns_launch.sh
-serve="" cli="" make_model=""
+serve="" cli="" make_model="" comm_bench=""
 shape=tiny dtype=f32 requests=4 max_tokens=16 prompt_tokens=8 threads=1
 while (($#)); do
   case "$1" in
@@ -35,6 +38,7 @@ while (($#)); do
     --max-tokens) max_tokens=$2; shift 2 ;;
     --prompt-tokens) prompt_tokens=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --comm-bench) comm_bench=$2; shift 2 ;;
     *) echo "two_hosts_test: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -188,5 +192,17 @@ if ! diff "$work/one_host.tokens" "$work/two_hosts.tokens" >"$work/diff"; then
 fi
 [[ $(grep -c . "$work/two_hosts.tokens") -eq $requests ]] || fail "expected $requests lines of tokens"
 log "every request gave the same $max_tokens tokens on both; both drained on SIGTERM with status 0"
+
+if [[ -n "$comm_bench" ]]; then
+  filter='AllReduce/native/|PlanLatency/backoff/0$'
+  log "comm_bench, one host (shared memory):"
+  in_a mpirun -np 2 --bind-to none "$comm_bench" --benchmark_filter="$filter" --benchmark_color=false
+  printf '%s slots=1\n' "$addr_a" "$addr_b" >"$work/hostfile"
+  log "comm_bench, two hosts (TCP):"
+  # shellcheck disable=SC2086  # tcp_args: one flag per word
+  in_a env NETNS_LAUNCH_NAMESPACES="$host_a $host_b" mpirun -np 2 --hostfile "$work/hostfile" \
+    --mca plm_rsh_agent "$launcher" $tcp_args "$comm_bench" --benchmark_filter="$filter" \
+    --benchmark_color=false
+fi
 log "step time: shared memory $one_host_step; TCP between hosts $two_hosts_step"
 echo "two_hosts_test: 1 passed, 0 failed"
