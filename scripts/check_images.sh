@@ -264,8 +264,11 @@ serve_and_check() {
   "${wrap[@]}" "$cli" --target "127.0.0.1:$port" generate --ids "$prompt_ids" --max-tokens 12 \
     --temperature 1 --seed 7 --ignore-eos --print-ids >"$work/$name.tokens" 2>"$run_dir/cli" ||
     { cat "$run_dir/cli" "$run_dir/log" >&2; fail "$name: the request failed"; }
-  local ep status=0
+  local ep status=0 uid
   ep=$(entrypoint_pid "$pid") || { cat "$run_dir/log" >&2; fail "$name: cannot find the entrypoint's process"; }
+  # The processes run as the image's user, not as root (the pods require runAsNonRoot).
+  uid=$(awk '/^Uid:/ {print $2}' "/proc/$ep/status")
+  [[ "$uid" == 10001 ]] || fail "$name: the entrypoint runs as uid $uid, not 10001"
   kill -TERM "$ep"
   for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$pid" 2>/dev/null && { cat "$run_dir/log" >&2; fail "$name: still running 60 s after SIGTERM"; }
