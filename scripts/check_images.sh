@@ -199,8 +199,8 @@ phase_done "image build"
 
 # ---- 4. run it ----
 cli=$prefix/bin/coil-cli
-make_model=$(find "$install_from" "$build_dir" -type f -name coil-make-model -perm -u+x | head -n1)
-[[ -n "$make_model" ]] || fail "no coil-make-model in $install_from or $build_dir"
+make_model=$prefix/bin/coil-make-model
+[[ -x "$make_model" ]] || fail "cmake --install $install_from installed no bin/coil-make-model"
 "$make_model" --shape tiny --dtype f32 --out "$work/model" >"$work/make_model.log" 2>&1 ||
   { cat "$work/make_model.log" >&2; fail "coil-make-model failed"; }
 chmod -R a+rX "$work/model"
