@@ -135,6 +135,7 @@ const absl::flat_hash_set<std::string>& KnownParameters(Endpoint endpoint) {
                                                                    "min_p",
                                                                    "repetition_penalty",
                                                                    "ignore_eos",
+                                                                   "return_token_ids",
                                                                    "stop_token_ids",
                                                                    "logit_bias"};
   static const auto* completions = [] {
@@ -372,6 +373,7 @@ std::variant<ParsedRequest, ApiError> ParseRequest(Endpoint endpoint, const std:
     sampling.repetition_penalty = InRange(
         "repetition_penalty", Number(body, "repetition_penalty").value_or(1.0), 0.0, 1e6, true);
     base.ignore_eos = Boolean(body, "ignore_eos").value_or(false);
+    request.return_token_ids = Boolean(body, "return_token_ids").value_or(false);
     const std::optional<int64_t> seed = Integer(body, "seed");
 
     // Logprobs: an integer on completions, a boolean plus top_logprobs on chat.

@@ -58,6 +58,9 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;
+  // vLLM's return_token_ids: each choice (and each streamed chunk's choice) also carries the
+  // output token ids it adds, so a client can count tokens exactly.
+  bool return_token_ids = false;
   // completions: logprobs = N (0..20) gives N alternatives; chat: logprobs true and
   // top_logprobs N.
   bool logprobs = false;

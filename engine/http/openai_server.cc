@@ -242,6 +242,7 @@ class Exchange {
                             : Json();
       out["finish_reason"] = FinishReasonName(choice.finish);
       out["stop_reason"] = choice.stop_reason.empty() ? Json() : Json(choice.stop_reason);
+      if (request_.return_token_ids) out["token_ids"] = choice.token_ids;
       choices.push_back(std::move(out));
     }
     body["choices"] = std::move(choices);
@@ -270,6 +271,7 @@ class Exchange {
     Listener listener;
     std::shared_ptr<RequestStream> stream;
     std::string text;
+    std::vector<int32_t> token_ids;  // return_token_ids, not streamed
     std::vector<StreamLogprob> logprobs;
     int32_t completion_tokens = 0;
     int32_t text_offset = 0;  // completions logprobs' text_offset, streamed
@@ -339,6 +341,8 @@ class Exchange {
     }
     if (sse == nullptr) {
       choice.text += batch.text;
+      choice.token_ids.insert(choice.token_ids.end(), batch.token_ids.begin(),
+                              batch.token_ids.end());
       for (StreamLogprob& logprob : batch.logprobs) choice.logprobs.push_back(std::move(logprob));
       return;
     }
@@ -379,6 +383,7 @@ class Exchange {
     } else {
       out["logprobs"] = nullptr;
     }
+    if (request_.return_token_ids) out["token_ids"] = batch.token_ids;
     choice.text_offset += static_cast<int32_t>(text.size());
     const char* finish = choice.ended ? FinishReasonName(choice.finish) : nullptr;
     out["finish_reason"] = finish != nullptr ? Json(finish) : Json();

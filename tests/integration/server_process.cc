@@ -120,9 +120,10 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::s
                                                       server->LogTail()));
     }
     std::ifstream in(port_file);
-    std::string metrics_port;
+    std::string metrics_port, http_port;
     if (in && std::getline(in, port) && std::getline(in, metrics_port)) {
       server->metrics_port_ = std::stoi(metrics_port);
+      if (std::getline(in, http_port)) server->http_port_ = std::stoi(http_port);
     }
   }
   server->target_ = absl::StrCat("127.0.0.1:", port);

@@ -46,6 +46,8 @@ class ServerProcess {
 
   const std::string& target() const { return target_; }
   int metrics_port() const { return metrics_port_; }
+  // The OpenAI API's port (with --http-port among the flags), else -1.
+  int http_port() const { return http_port_; }
   // GET /metrics from the server's Prometheus endpoint: the body, or an error.
   absl::StatusOr<std::string> FetchMetrics() const;
   Client& client() { return *client_; }
@@ -70,6 +72,7 @@ class ServerProcess {
   std::string log_path_;
   std::string target_;
   int metrics_port_ = -1;
+  int http_port_ = -1;
   std::unique_ptr<Client> client_;
 };
 

@@ -3,7 +3,8 @@
 // hold whatever the machine's speed: the JSON has every field, completed + errors = sent,
 // percentiles are ordered, output token counts equal what was asked for (fixed length with
 // ignore_eos), and a server that refuses work (--max-queue 1) yields counted
-// RESOURCE_EXHAUSTED errors while the harness finishes normally.
+// RESOURCE_EXHAUSTED errors while the harness finishes normally; the same through the OpenAI
+// HTTP API (--api openai).
 #include <signal.h>
 
 #include <chrono>
@@ -169,6 +170,53 @@ TEST_F(LoadgenLiveTest, ClosedAndOpenLoopReportsAddUp) {
   ASSERT_TRUE(cut["counts"]["errors_by_code"].contains("CANCELLED")) << cut["counts"].dump();
   EXPECT_GT(cut["counts"]["errors_by_code"]["CANCELLED"].get<int64_t>(), 0);
 
+  EXPECT_EQ(Stop(*server), 0) << server->LogTail();
+}
+
+TEST_F(LoadgenLiveTest, TheOpenAiApiCarriesTheSameLoad) {
+  std::unique_ptr<ServerProcess> server =
+      StartServer({"--state-rows", "8", "--max-model-len", "1000000", "--http-port", "0"});
+  ASSERT_NE(server, nullptr);
+  ASSERT_GT(server->http_port(), 0) << "the port file has no HTTP port";
+  const std::string http = "127.0.0.1:" + std::to_string(server->http_port());
+
+  // The same fixed-length requests as over gRPC: every token counted once (return_token_ids),
+  // the prompts' lengths as drawn (usage), the gaps between tokens all there.
+  const nlohmann::json closed =
+      Loadgen(*server, "openai_closed",
+              {"--api", "openai", "--http-target", http, "--concurrency", "3", "--requests", "9",
+               "--prompt-tokens", "16-32", "--output-tokens", "12", "--samples"});
+  ExpectConsistent(closed);
+  EXPECT_EQ(closed["config"]["api"], "openai");
+  EXPECT_EQ(closed["counts"]["completed"].get<int64_t>(), 9) << closed["counts"].dump();
+  EXPECT_EQ(closed["tokens"]["output"].get<int64_t>(), 12 * 9);
+  EXPECT_EQ(closed["itl_ms"]["count"].get<int64_t>(), 11 * 9);
+  EXPECT_GE(closed["tokens"]["prompt"].get<int64_t>(), 16 * 9);
+  EXPECT_LE(closed["tokens"]["prompt"].get<int64_t>(), 32 * 9);
+
+  // Requests cut off when the run ends are cancelled (the client closes its connection) and
+  // counted as CANCELLED; the server frees their rows and keeps serving.
+  const nlohmann::json cut =
+      Loadgen(*server, "openai_cut",
+              {"--api", "openai", "--http-target", http, "--concurrency", "2", "--duration",
+               "0.5", "--drain", "0", "--prompt-tokens", "16", "--output-tokens", "900000"});
+  ExpectConsistent(cut);
+  ASSERT_TRUE(cut["counts"]["errors_by_code"].contains("CANCELLED")) << cut["counts"].dump();
+  const nlohmann::json after =
+      Loadgen(*server, "openai_after",
+              {"--api", "openai", "--http-target", http, "--concurrency", "1", "--requests", "2",
+               "--prompt-tokens", "8", "--output-tokens", "4"});
+  EXPECT_EQ(after["counts"]["completed"].get<int64_t>(), 2) << after["counts"].dump();
+
+  // A wrong address is a clear error, not a hang.
+  const std::string log = dir() + "/openai_bad.log";
+  const absl::StatusOr<int> code =
+      RunProgram({COIL_LOADGEN_PATH, "--target", server->target(), "--api", "openai",
+                  "--concurrency", "1", "--requests", "1"},
+                 log);
+  ASSERT_TRUE(code.ok());
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(ReadAll(log).find("--http-target"), std::string::npos) << ReadAll(log);
   EXPECT_EQ(Stop(*server), 0) << server->LogTail();
 }
 

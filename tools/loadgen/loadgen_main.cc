@@ -1,7 +1,9 @@
 // coil-loadgen: drives a running coil-serve with generation requests and reports throughput,
-// latency percentiles and errors by gRPC code.
+// latency percentiles and errors by gRPC code, over coil's gRPC API or (--api openai) the
+// OpenAI HTTP API.
 //
 //   coil-loadgen --target HOST:PORT (--concurrency N | --rate R) (--duration S | --requests N)
+//                [--api grpc | --api openai --http-target HOST:PORT]
 //                [--prompt-tokens 128 | 64-256 | 128,32] [--prompt-source text|ids]
 //                [--prompts FILE.jsonl] [--output-tokens 128] [--natural] [--warmup N]
 //                [--out FILE.json] [--summary-tsv FILE] [--label NAME]
@@ -39,10 +41,18 @@
 #include "common/status_macros.h"
 #include "engine/client/client.h"
 #include "nlohmann/json.hpp"
+#include "tools/loadgen/generation_api.h"
 #include "tools/loadgen/load_stats.h"
 #include "tools/loadgen/prompt_source.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "coil-serve address, HOST:PORT");
+ABSL_FLAG(std::string, target, "127.0.0.1:50051",
+          "coil-serve's gRPC address, HOST:PORT (model info and prompt text's tokens come from it)");
+ABSL_FLAG(std::string, api, "grpc",
+          "how generation requests are sent: grpc (coil.v1.Generation at --target) or openai "
+          "(POST /v1/completions, streamed, at --http-target)");
+ABSL_FLAG(std::string, http_target, "",
+          "with --api openai: coil-serve's OpenAI API address, HOST:PORT (its --http-port)");
+ABSL_FLAG(std::string, model, "", "with --api openai: the model name to send (default: none)");
 ABSL_FLAG(int32_t, concurrency, 0, "closed loop: this many requests in flight at all times");
 ABSL_FLAG(double, rate, 0, "open loop: Poisson arrivals at this many requests per second");
 ABSL_FLAG(double, duration, 0, "send requests for this many seconds");
@@ -138,8 +148,8 @@ class Phase {
   double Now() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
   // Sends one request and records it; blocks until it ends.
-  void Execute(Client& client, const coil::v1::GenerateRequest& request, double timeout_s) {
-    CancelToken cancel;
+  void Execute(GenerationApi& api, const coil::v1::GenerateRequest& request, double timeout_s) {
+    RequestCancel cancel;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (cancel_all_) cancel.Cancel();
@@ -148,24 +158,11 @@ class Phase {
     sent_.fetch_add(1);
     RequestRecord record;
     record.sent_s = Now();
-    CallOptions options;
-    options.cancel = &cancel;
-    if (timeout_s > 0) {
-      options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3));
-    }
-    const auto on_response = [&](const coil::v1::GenerateResponse& response) {
-      if (response.token_ids_size() > 0) RecordTokens(record, Now(), response.token_ids_size());
-      return true;
-    };
-    absl::StatusOr<Generation> result = client.Generate(request, on_response, options);
+    const auto on_tokens = [&](int tokens) { RecordTokens(record, Now(), tokens); };
+    absl::StatusOr<int32_t> result = api.Generate(request, on_tokens, cancel, timeout_s);
     record.done_s = Now();
     record.code = result.status().code();
-    if (result.ok()) {
-      record.prompt_tokens = result->final.usage().prompt_tokens();
-      if (record.prompt_tokens == 0 && request.has_token_ids()) {
-        record.prompt_tokens = request.token_ids().ids_size();
-      }
-    }
+    if (result.ok()) record.prompt_tokens = *result;
     std::lock_guard<std::mutex> lock(mu_);
     in_flight_.erase(&cancel);
     (record.code == absl::StatusCode::kOk ? completed_ : errors_) += 1;
@@ -176,7 +173,7 @@ class Phase {
   void CancelAll() {
     std::lock_guard<std::mutex> lock(mu_);
     cancel_all_ = true;
-    for (CancelToken* token : in_flight_) token->Cancel();
+    for (RequestCancel* cancel : in_flight_) cancel->Cancel();
   }
 
   Clock::time_point start() const { return start_; }
@@ -198,7 +195,7 @@ class Phase {
   const Clock::time_point start_;
   std::atomic<int64_t> sent_{0};
   std::mutex mu_;
-  std::set<CancelToken*> in_flight_;
+  std::set<RequestCancel*> in_flight_;
   bool cancel_all_ = false;
   int64_t completed_ = 0, errors_ = 0;
   std::vector<RequestRecord> records_;
@@ -300,8 +297,8 @@ class ThreadCount {
 // number of arrivals.
 class SenderPool {
  public:
-  SenderPool(Phase& phase, Client& client, double timeout_s, ThreadCount& count)
-      : phase_(phase), client_(client), timeout_s_(timeout_s), count_(count) {}
+  SenderPool(Phase& phase, GenerationApi& api, double timeout_s, ThreadCount& count)
+      : phase_(phase), api_(api), timeout_s_(timeout_s), count_(count) {}
   ~SenderPool() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -333,14 +330,14 @@ class SenderPool {
       coil::v1::GenerateRequest request = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
-      phase_.Execute(client_, request, timeout_s_);
+      phase_.Execute(api_, request, timeout_s_);
       count_.Done();
       lock.lock();
     }
   }
 
   Phase& phase_;
-  Client& client_;
+  GenerationApi& api_;
   const double timeout_s_;
   ThreadCount& count_;
   std::mutex mu_;
@@ -359,8 +356,8 @@ struct PhaseResult {
 // Runs one phase to its end and returns its records. Once sending stops (the duration is
 // over, or an open loop has sent --requests), requests in flight get --drain seconds before
 // they are cancelled; a closed loop run by --requests simply waits for its last requests.
-PhaseResult RunPhase(const Options& options, Client& client, RequestFactory& factory, uint64_t seed,
-                     bool progress) {
+PhaseResult RunPhase(const Options& options, GenerationApi& api, RequestFactory& factory,
+                     uint64_t seed, bool progress) {
   Phase phase(Clock::now());
   Budget budget(options, phase);
   std::optional<ProgressBar> bar;
@@ -376,7 +373,7 @@ PhaseResult RunPhase(const Options& options, Client& client, RequestFactory& fac
     for (int32_t i = 0; i < options.concurrency; ++i) {
       count.Add();
       threads.emplace_back([&] {
-        while (budget.Claim()) phase.Execute(client, factory.Next(), options.timeout_s);
+        while (budget.Claim()) phase.Execute(api, factory.Next(), options.timeout_s);
         count.Done();
       });
     }
@@ -386,7 +383,7 @@ PhaseResult RunPhase(const Options& options, Client& client, RequestFactory& fac
     // wake-up does not lower the rate.
     std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
     std::exponential_distribution<double> gap(options.rate);
-    senders.emplace(phase, client, options.timeout_s, count);
+    senders.emplace(phase, api, options.timeout_s, count);
     double arrival_s = 0;
     // By count: the loop ends with the last arrival. By time: it claims until the window ends.
     while (budget.Claim()) {
@@ -491,11 +488,26 @@ absl::Status Run() {
         absl::StrCat("--prompt-source is \"", source, "\"; use text or ids"));
   }
 
+  const std::string api_name = absl::GetFlag(FLAGS_api);
+  if (api_name != "grpc" && api_name != "openai") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--api is \"", api_name, "\"; use grpc or openai"));
+  }
   const std::string target = absl::GetFlag(FLAGS_target);
   COIL_ASSIGN_OR_RETURN(
       std::unique_ptr<Client> client,
       Client::Connect(target, std::chrono::milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms))));
   COIL_ASSIGN_OR_RETURN(const coil::v1::ModelInfo info, client->Info());
+  std::unique_ptr<GenerationApi> api;
+  if (api_name == "openai") {
+    if (absl::GetFlag(FLAGS_http_target).empty()) {
+      return absl::InvalidArgumentError(
+          "--api openai needs --http-target HOST:PORT, coil-serve's --http-port");
+    }
+    COIL_ASSIGN_OR_RETURN(api, MakeOpenAiApi(absl::GetFlag(FLAGS_http_target), absl::GetFlag(FLAGS_model)));
+  } else {
+    api = MakeGrpcApi(*client);
+  }
 
   std::vector<Prompt> file_prompts;
   std::vector<int32_t> corpus;
@@ -549,18 +561,20 @@ absl::Status Run() {
     warm.requests = warmup;
     warm.concurrency = std::max(1, std::min(warmup, std::max(options.concurrency, 1)));
     const LoadReport report =
-        BuildReport(RunPhase(warm, *client, factory, seed + 1, false).records);
+        BuildReport(RunPhase(warm, *api, factory, seed + 1, false).records);
     std::fprintf(stderr, "warm-up: %lld requests, %lld errors\n",
                  static_cast<long long>(report.sent), static_cast<long long>(report.errors()));
   }
 
-  const PhaseResult measured = RunPhase(options, *client, factory, seed, progress);
+  const PhaseResult measured = RunPhase(options, *api, factory, seed, progress);
   const LoadReport report = BuildReport(measured.records, measured.seconds);
 
   const std::string label = absl::GetFlag(FLAGS_label);
   const nlohmann::json config = {
       {"label", label},
       {"target", target},
+      {"api", api_name},
+      {"http_target", absl::GetFlag(FLAGS_http_target)},
       {"mode", options.concurrency > 0 ? "closed" : "open"},
       {"concurrency", options.concurrency},
       {"rate", options.rate},
@@ -593,8 +607,10 @@ absl::Status Run() {
   const std::string load = options.concurrency > 0
                                ? absl::StrCat("closed loop, concurrency ", options.concurrency)
                                : absl::StrFormat("open loop, %.2f req/s", options.rate);
-  std::printf("coil-loadgen%s%s: %s against %s (TP %d)\n%s", label.empty() ? "" : " ",
-              label.c_str(), load.c_str(), target.c_str(), info.tp_size(),
+  std::printf("coil-loadgen%s%s: %s against %s over %s (TP %d)\n%s", label.empty() ? "" : " ",
+              label.c_str(), load.c_str(),
+              api_name == "openai" ? absl::GetFlag(FLAGS_http_target).c_str() : target.c_str(),
+              api_name == "openai" ? "the OpenAI API" : "gRPC", info.tp_size(),
               FormatTable(report).c_str());
   return absl::OkStatus();
 }

@@ -178,6 +178,21 @@ for (const ranks of [1, 2]) {
       assert.deepEqual(chunks.at(-1).choices, []);
     });
 
+    test("return_token_ids gives the generated ids, streamed and not, as the gRPC API does", async () => {
+      const prompt = "The capital of France is";
+      const viaGrpc = grpcText(server, [prompt, "--max_tokens", "10", "--ignore_eos", "--print_ids"])
+        .split(",").map(Number);
+      assert.equal(viaGrpc.length, 10);
+      const completion = await server.client.completions.create({
+        model: "tiny", prompt, max_tokens: 10, temperature: 0, ignore_eos: true, return_token_ids: true });
+      assert.deepEqual(completion.choices[0].token_ids, viaGrpc);
+      const chunks = await collect(await server.client.completions.create({
+        model: "tiny", prompt, max_tokens: 10, temperature: 0, ignore_eos: true, stream: true, return_token_ids: true }));
+      assert.deepEqual(chunks.flatMap((c) => c.choices.flatMap((choice) => choice.token_ids)), viaGrpc);
+      const plain = await server.client.completions.create({ model: "tiny", prompt, max_tokens: 2, temperature: 0 });
+      assert.equal(plain.choices[0].token_ids, undefined);
+    });
+
     test("token-id prompts, a list of prompts and echo", async () => {
       const ids = [101, 2023, 318, 257];
       const byIds = await server.client.completions.create({ model: "tiny", prompt: ids, max_tokens: 6, temperature: 0, ignore_eos: true });
