@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Starts coil-serve under mpirun, one rank per tensor-parallel shard, with its flags taken
 # from COIL_* environment variables (a Kubernetes ConfigMap sets them), and passes
-# SIGTERM/SIGINT on to mpirun so that a pod being stopped drains instead of dying:
+# SIGTERM/SIGINT on to the ranks so that a pod being stopped drains instead of dying:
 #
-#   signal -> this script -> mpirun -> every rank (rank 0 stops admitting, finishes or
-#   cancels in-flight requests within --drain-timeout, sends the shutdown plan) -> exit
+#   signal -> this script -> the ranks (rank 0 stops admitting, finishes or cancels
+#   in-flight requests within --drain-timeout, sends the shutdown plan) -> mpirun exits 0
 #
-# When mpirun itself is signalled or a rank dies, it kills the ranks with SIGTERM and then
-# SIGKILL odls_base_sigkill_timeout seconds apart (Open MPI's default: 1 s); this script
-# raises that timeout above the drain timeout (COIL_MPI_KILL_TIMEOUT, default drain + 5).
-# Kubernetes' terminationGracePeriodSeconds must exceed drain + 10 + 2 x that timeout (the
-# worst case: a stuck rank; see below).
+# mpirun's own kill sequence (SIGCONT, a sleep of odls_base_sigkill_timeout, SIGTERM, the
+# same sleep, SIGKILL) runs only once the job is over or stuck: after a rank ended
+# abnormally (the job is lost), after the fallback below (drain + 10 s have passed), or on
+# a second signal (stop now). Its sleeps happen whatever the ranks do, so they only delay
+# the restart: the timeout is short (COIL_MPI_KILL_TIMEOUT, default 3 s). Kubernetes'
+# terminationGracePeriodSeconds must exceed drain + 10 + 2 x that timeout (the worst case:
+# a stuck rank; see below).
 #
 # Roles (COIL_ROLE): `server` (the default) runs every rank in this container. A TP group
 # that spans hosts (pods) has one `leader`, which runs mpirun with a hostfile naming itself
@@ -30,7 +32,7 @@
 #   COIL_MAX_NUM_SEQS        --max-num-seqs     COIL_MAX_BATCHED_TOKENS --max-batched-tokens
 #   COIL_MAX_MODEL_LEN       --max-model-len    COIL_MAX_QUEUE        --max-queue
 #   COIL_THREADS             --threads          COIL_DRAIN_TIMEOUT (30) --drain-timeout (seconds)
-#   COIL_MPI_KILL_TIMEOUT    odls_base_sigkill_timeout in seconds (default drain timeout + 5)
+#   COIL_MPI_KILL_TIMEOUT (3) odls_base_sigkill_timeout in seconds
 #   COIL_MPIRUN_ARGS         extra mpirun arguments, split on spaces (default: --bind-to none)
 #   COIL_MPIRUN (mpirun), COIL_SERVE (coil-serve)  the programs to run
 # Across hosts:
@@ -141,8 +143,8 @@ is_uint "$drain_timeout" || die "COIL_DRAIN_TIMEOUT=$drain_timeout is not a whol
 device=${COIL_DEVICE:-cpu}
 [[ "$device" == cpu || "$device" == cuda ]] || die "COIL_DEVICE=$device is not cpu or cuda"
 
-kill_timeout=${COIL_MPI_KILL_TIMEOUT:-$((drain_timeout + 5))}
-is_uint "$kill_timeout" || die "COIL_MPI_KILL_TIMEOUT=$kill_timeout is not a whole number of seconds; set e.g. COIL_MPI_KILL_TIMEOUT=35"
+kill_timeout=${COIL_MPI_KILL_TIMEOUT:-3}
+is_uint "$kill_timeout" || die "COIL_MPI_KILL_TIMEOUT=$kill_timeout is not a whole number of seconds; set e.g. COIL_MPI_KILL_TIMEOUT=3"
 
 serve_args=(
   --model "$COIL_MODEL"

@@ -104,7 +104,7 @@ check "COIL_DEVICE=tpu" expect_usage_error COIL_DEVICE COIL_MODEL=/m COIL_DEVICE
   finish || status=$?
   root=()
   [[ $(id -u) -eq 0 ]] && root=(--allow-run-as-root)
-  expected=(-np 2 --mca btl_vader_single_copy_mechanism none --mca odls_base_sigkill_timeout 35
+  expected=(-np 2 --mca btl_vader_single_copy_mechanism none --mca odls_base_sigkill_timeout 3
     "${root[@]}" --bind-to none coil-serve --model /models/m --host 0.0.0.0 --port 7000
     --metrics-port 7001 --drain-timeout 30 --device cuda --tokenizer /models/m/tokenizer.json
     --state-rows 64 --kv-pages 128 --block-size 16 --memory-budget 8GiB --max-num-seqs 32
@@ -151,8 +151,10 @@ check "leader: hostfile from LWS_LEADER_ADDRESS and LWS_GROUP_SIZE, the launcher
 
 # ---- real mpirun, two ranks: a signal reaches every rank once, they drain, exit 0 ----
 drain_under_mpirun() (  # drain_under_mpirun SIGNAL; a subshell keeps its environment
+  # A long kill timeout, so that a signal that reached the ranks through mpirun's kill
+  # sequence instead of directly would arrive too late for the time limit below.
   export COIL_TP_SIZE=2 COIL_MODEL=/m COIL_SERVE=$recorder COIL_DRAIN_TIMEOUT=20
-  export RECORDER_DRAIN_MS=1500
+  export COIL_MPI_KILL_TIMEOUT=25 RECORDER_DRAIN_MS=1500
   start_entrypoint "real-$1"
   wait_for_ready 2 || return 1
   local begin=$SECONDS status=0
