@@ -71,6 +71,12 @@ phase_done() {  # phase_done NAME: record how long the phase since the last call
   phase_start=$SECONDS
 }
 
+# Containers left by a run that was killed before its cleanup (its pid is gone).
+for name in $(buildah containers --format '{{.ContainerName}}' 2>/dev/null | grep -E '^coil-check-[0-9]+-' || true); do
+  owner=${name#coil-check-}
+  kill -0 "${owner%%-*}" 2>/dev/null || buildah rm "$name" >/dev/null 2>&1 || true
+done
+
 # ---- 1. the base image ----
 # The Debian mirror apt uses here (deb822 sources or the one-line format), else Debian's own.
 debian_mirror() {
@@ -166,7 +172,7 @@ if ldd "$serve_built" | grep -q 'libcudart\|libcublas\|libnccl'; then
   phase_done "CPU-only build ($install_from)"
 fi
 DESTDIR=$context/prebuilt cmake --install "$install_from" --prefix /usr/local >"$work/install.log" 2>&1 ||
-  { cat "$work/install.log" >&2; fail "cmake --install $install_from failed"; }
+  { cat "$work/install.log" >&2; fail "cmake --install $install_from failed (is every target built? cmake --build $install_from)"; }
 prefix=$context/prebuilt/usr/local
 for program in coil-serve coil-cli; do
   [[ -x "$prefix/bin/$program" ]] || fail "cmake --install $install_from installed no bin/$program"
@@ -292,6 +298,11 @@ phase_done "TP1 and TP2 in the image"
 
 # A group across two hosts: a worker container in one namespace, the leader in another.
 host_a=coil-img-$$-a host_b=coil-img-$$-b
+# Namespaces left by a run that was killed before its cleanup (its pid is gone).
+for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^coil-img-[0-9]+-[ab]$/ {print $1}'); do
+  owner=${ns#coil-img-}
+  kill -0 "${owner%-*}" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
+done
 if ip netns add "$host_a" 2>"$work/netns.err"; then
   namespaces+=("$host_a" "$host_b")
   ip netns add "$host_b"

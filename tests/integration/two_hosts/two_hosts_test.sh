@@ -62,6 +62,11 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# Namespaces left by a run that was killed before its cleanup (its pid is gone).
+for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^coil-[0-9]+-[ab]$/ {print $1}'); do
+  owner=${ns#coil-}
+  kill -0 "${owner%-*}" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
+done
 if ! error=$(ip netns add "$host_a" 2>&1); then
   log "SKIP: cannot create a network namespace here (ip netns add: $error); the test needs root with CAP_SYS_ADMIN and CAP_NET_ADMIN"
   exit 77
