@@ -715,6 +715,15 @@ absl::Status ValidatePagedKvBatch(const PagedKvBatch& batch, int64_t rows, int64
                                                    " rows but the tensors have ", rows,
                                                    "; the run lengths must sum to the rows"));
   }
+  if (batch.max_context != 0) {
+    for (int s = 0; s < n; ++s) {
+      if (batch.context_length(s) > batch.max_context) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sequence ", s, " holds ", batch.context_length(s), " positions but max_context is ",
+            batch.max_context, "; set max_context to the longest context (or 0)"));
+      }
+    }
+  }
   for (size_t i = 0; i < batch.block_table.size(); ++i) {
     const int32_t page = batch.block_table[i];
     if (page < 0 || page > pages) {
@@ -778,12 +787,14 @@ absl::Status ValidatePagedKvBatch(const PagedKvBatch& batch, int64_t rows, int64
 absl::Status Backend::CheckPagedKvBatch(const PagedKvBatch& batch, int64_t rows, int64_t pages) {
   const PagedKvBatch& c = checked_kv_batch_;
   if (rows == checked_kv_rows_ && pages == checked_kv_pages_ && batch.block_size == c.block_size &&
+      batch.max_context == c.max_context &&
       batch.cu_seqlens == c.cu_seqlens && batch.start_positions == c.start_positions &&
       batch.cu_blocks == c.cu_blocks && batch.block_table == c.block_table) {
     return absl::OkStatus();
   }
   COIL_RETURN_IF_ERROR(ValidatePagedKvBatch(batch, rows, pages));
   checked_kv_batch_.block_size = batch.block_size;
+  checked_kv_batch_.max_context = batch.max_context;
   checked_kv_batch_.cu_seqlens = batch.cu_seqlens;
   checked_kv_batch_.start_positions = batch.start_positions;
   checked_kv_batch_.cu_blocks = batch.cu_blocks;

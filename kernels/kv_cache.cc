@@ -12,10 +12,10 @@ namespace coil {
 absl::StatusOr<KvCache> KvCache::Create(Backend& backend, const KvCacheShape& shape) {
   if (shape.layers <= 0 || shape.pages <= 0 || shape.block_size <= 0 || shape.kv_heads <= 0 ||
       shape.head_dim <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "KV cache shape (layers ", shape.layers, ", pages ", shape.pages, ", block_size ",
-        shape.block_size, ", kv_heads ", shape.kv_heads, ", head_dim ", shape.head_dim,
-        ") is invalid; every size must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache shape (layers ", shape.layers, ", pages ", shape.pages,
+                     ", block_size ", shape.block_size, ", kv_heads ", shape.kv_heads,
+                     ", head_dim ", shape.head_dim, ") is invalid; every size must be positive"));
   }
   if (shape.dtype != DType::kF32 && shape.dtype != DType::kBF16) {
     return absl::InvalidArgumentError(absl::StrCat("KV cache dtype ", DTypeName(shape.dtype),
@@ -23,8 +23,8 @@ absl::StatusOr<KvCache> KvCache::Create(Backend& backend, const KvCacheShape& sh
   }
   // Page ids are int32 in the batch; offsets into a layer are 64-bit everywhere.
   if (shape.pages >= std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the KV cache has ", shape.pages, " pages; page ids are int32, so use fewer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the KV cache has ", shape.pages, " pages; page ids are int32, so use fewer"));
   }
   const int64_t elements = shape.layers * (shape.pages + 1) * shape.elements_per_page();
   const size_t bytes = static_cast<size_t>(elements) * DTypeSize(shape.dtype);

@@ -39,8 +39,8 @@ struct PagedKvBatch {
   const int32_t* device_cu_blocks = nullptr;
   const int32_t* device_block_table = nullptr;
   // For a CUDA graph capture: the longest context (start + run) any replay of the graph
-  // will have, which sizes the attention kernels' grids; 0 takes this batch's longest. The
-  // CPU ignores it.
+  // will have, which sizes the attention kernels' grids and scratch; 0 takes this batch's
+  // longest. When set, every sequence's context must be at most this. The CPU ignores it.
   int32_t max_context = 0;
 
   int num_seqs() const { return static_cast<int>(start_positions.size()); }

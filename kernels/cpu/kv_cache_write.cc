@@ -26,8 +26,8 @@ void CpuKvCacheWrite(const CpuContext& ctx, const Tensor& k, const Tensor& v,
       while (batch.cu_seqlens[s + 1] <= t) ++s;
       const int64_t p = batch.start_positions[s] + (t - batch.cu_seqlens[s]);
       const int64_t slot = int64_t{batch.page(s, p)} * block_size + p % block_size;
-      for (const auto& [src, cache] : {std::pair<const Tensor*, const Tensor*>{&k, &k_cache},
-                                       {&v, &v_cache}}) {
+      for (const auto& [src, cache] :
+           {std::pair<const Tensor*, const Tensor*>{&k, &k_cache}, {&v, &v_cache}}) {
         char* dst = static_cast<char*>(cache->raw()) + slot * width * elem;
         if (bf16) {
           RoundRow(RowF32(*src, t), reinterpret_cast<uint16_t*>(dst), width);

@@ -141,8 +141,8 @@ COIL_VECTORIZE void TilePortable(const float* q, const float* kt, const float* v
 
 // ExpF (vec_math.h) on 16 lanes, the same operations in the same order: the same bits.
 COIL_AVX512 inline __m512 Exp16(__m512 x_in) {
-  const __m512 x = _mm512_min_ps(_mm512_max_ps(x_in, _mm512_set1_ps(-86.5f)),
-                                 _mm512_set1_ps(88.3f));
+  const __m512 x =
+      _mm512_min_ps(_mm512_max_ps(x_in, _mm512_set1_ps(-86.5f)), _mm512_set1_ps(88.3f));
   const __m512 shifter = _mm512_set1_ps(12582912.0f);
   const __m512 t = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), shifter);
   const __m512 n = _mm512_sub_ps(t, shifter);
@@ -190,8 +190,7 @@ COIL_AVX512 inline __m512 SumLanes16(const __m512 (&a)[16]) {
   // + i+1: lane 4q + r of the sum holds source 4r + q.
   const __m512 sum = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                    _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512i order =
-      _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
   return _mm512_permutexvar_ps(order, sum);
 }
 
@@ -222,9 +221,9 @@ COIL_AVX512 void TileAvx512(const float* q, const float* kt, const float* vt, in
     }
   }
   const __mmask16 keys = static_cast<__mmask16>((1u << valid) - 1);
-  const __m512 s = _mm512_mask_blend_ps(
-      keys, _mm512_set1_ps(-std::numeric_limits<float>::infinity()),
-      _mm512_mul_ps(SumLanes16(dots), _mm512_set1_ps(scale)));
+  const __m512 s =
+      _mm512_mask_blend_ps(keys, _mm512_set1_ps(-std::numeric_limits<float>::infinity()),
+                           _mm512_mul_ps(SumLanes16(dots), _mm512_set1_ps(scale)));
   const float m = std::max(st.m, _mm512_reduce_max_ps(s));  // max is exact in any order
   const float alpha = ExpF(st.m - m);
   const __m512 p = Exp16(_mm512_sub_ps(s, _mm512_set1_ps(m)));
@@ -235,14 +234,30 @@ COIL_AVX512 void TileAvx512(const float* q, const float* kt, const float* vt, in
   const __m512 a = _mm512_set1_ps(alpha);
   for (int64_t d = 0; d < dpad; d += 128) {
     switch (std::min<int64_t>(8, (dpad - d) / 16)) {
-      case 1: AccumulateValues<1>(pj, valid, vt + d, dpad, a, st.acc + d); break;
-      case 2: AccumulateValues<2>(pj, valid, vt + d, dpad, a, st.acc + d); break;
-      case 3: AccumulateValues<3>(pj, valid, vt + d, dpad, a, st.acc + d); break;
-      case 4: AccumulateValues<4>(pj, valid, vt + d, dpad, a, st.acc + d); break;
-      case 5: AccumulateValues<5>(pj, valid, vt + d, dpad, a, st.acc + d); break;
-      case 6: AccumulateValues<6>(pj, valid, vt + d, dpad, a, st.acc + d); break;
-      case 7: AccumulateValues<7>(pj, valid, vt + d, dpad, a, st.acc + d); break;
-      default: AccumulateValues<8>(pj, valid, vt + d, dpad, a, st.acc + d); break;
+      case 1:
+        AccumulateValues<1>(pj, valid, vt + d, dpad, a, st.acc + d);
+        break;
+      case 2:
+        AccumulateValues<2>(pj, valid, vt + d, dpad, a, st.acc + d);
+        break;
+      case 3:
+        AccumulateValues<3>(pj, valid, vt + d, dpad, a, st.acc + d);
+        break;
+      case 4:
+        AccumulateValues<4>(pj, valid, vt + d, dpad, a, st.acc + d);
+        break;
+      case 5:
+        AccumulateValues<5>(pj, valid, vt + d, dpad, a, st.acc + d);
+        break;
+      case 6:
+        AccumulateValues<6>(pj, valid, vt + d, dpad, a, st.acc + d);
+        break;
+      case 7:
+        AccumulateValues<7>(pj, valid, vt + d, dpad, a, st.acc + d);
+        break;
+      default:
+        AccumulateValues<8>(pj, valid, vt + d, dpad, a, st.acc + d);
+        break;
     }
   }
 }
@@ -310,7 +325,8 @@ void GatherTilePortable(const Geometry& geo, const PagedKvBatch& batch, int s, i
       in_page = 0;
       ++entry;
     }
-    for (const auto& [cache, dst] : {std::pair{geo.k, kt + j * geo.dpad}, std::pair{geo.v, vt + j * geo.dpad}}) {
+    for (const auto& [cache, dst] :
+         {std::pair{geo.k, kt + j * geo.dpad}, std::pair{geo.v, vt + j * geo.dpad}}) {
       for (int64_t d = 0; d < geo.head_dim; ++d) dst[d] = CacheValue(geo, cache, offset + d);
       for (int64_t d = geo.head_dim; d < geo.dpad; ++d) dst[d] = 0.0f;
     }
@@ -332,7 +348,8 @@ void RunItem(const Geometry& geo, const Tensor& q, const PagedKvBatch& batch, co
   const int64_t rows = item.row_end - item.row_begin, states = rows * group;
   // This thread's scratch: q and acc per state, one tile of keys and values.
   float* const scratch = RowScratch((2 * states + 2 * kTile) * dpad + 2 * states + 16);
-  float* const base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
+  float* const base =
+      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
   float* const qs = base;
   float* const accs = qs + states * dpad;
   float* const kt = accs + states * dpad;
@@ -437,7 +454,8 @@ void CpuPagedAttention(const CpuContext& ctx, const Tensor& q, const Tensor& k_c
   const bool avx512 = false;
 #endif
   std::atomic<size_t> next{0};
-  const int64_t workers = std::min<int64_t>(ctx.pool->threads(), static_cast<int64_t>(items.size()));
+  const int64_t workers =
+      std::min<int64_t>(ctx.pool->threads(), static_cast<int64_t>(items.size()));
   ctx.pool->ParallelFor(workers, 1, [&](int64_t, int64_t) {
     for (size_t i = next.fetch_add(1); i < items.size(); i = next.fetch_add(1)) {
       if (avx512) {

@@ -9,7 +9,9 @@
 // and the KV cache pool's layout, and the refusals of malformed inputs, each naming what to
 // fix.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -26,8 +28,8 @@
 namespace coil {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::DeviceArray;
+using ::testing::HasSubstr;
 
 struct Shape {
   int64_t heads, kv_heads, head_dim;
@@ -65,8 +67,11 @@ class Runner {
     int64_t pages = 0;
     for (const Sequence& s : seqs) pages += (s.len + block_size - 1) / block_size;
     pages += 2;
-    auto cache = KvCache::Create(backend, {.layers = 2, .pages = pages, .block_size = block_size,
-                                           .kv_heads = shape.kv_heads, .head_dim = shape.head_dim,
+    auto cache = KvCache::Create(backend, {.layers = 2,
+                                           .pages = pages,
+                                           .block_size = block_size,
+                                           .kv_heads = shape.kv_heads,
+                                           .head_dim = shape.head_dim,
                                            .dtype = shape.cache_dtype});
     EXPECT_TRUE(cache.ok()) << cache.status();
     cache_ = std::make_unique<KvCache>(std::move(*cache));
@@ -109,10 +114,10 @@ class Runner {
     ASSERT_TRUE(d_q.ok() && d_k.ok() && d_v.ok() && d_out.ok());
     const Device dev = backend_.device();
     // Layer 1 of the pool: a layer's view starts inside the pool's memory.
-    const absl::Status wrote = backend_.KvCacheWrite(
-        Tensor(d_k->data(), DType::kF32, {rows, shape_.kv_width()}, dev),
-        Tensor(d_v->data(), DType::kF32, {rows, shape_.kv_width()}, dev), batch,
-        cache_->KCache(1), cache_->VCache(1));
+    const absl::Status wrote =
+        backend_.KvCacheWrite(Tensor(d_k->data(), DType::kF32, {rows, shape_.kv_width()}, dev),
+                              Tensor(d_v->data(), DType::kF32, {rows, shape_.kv_width()}, dev),
+                              batch, cache_->KCache(1), cache_->VCache(1));
     ASSERT_TRUE(wrote.ok()) << wrote;
     const absl::Status attended = backend_.PagedAttention(
         Tensor(d_q->data(), DType::kF32, {rows, shape_.q_width()}, dev), cache_->KCache(1),
@@ -192,8 +197,8 @@ TEST(AttentionSplitTest, ChunksDecodeRowsAndPageSizesGiveTheWholePromptsBits) {
                              Shape{4, 2, 40, DType::kBF16}, Shape{8, 1, 32, DType::kBF16}}) {
     SCOPED_TRACE(::testing::Message() << "h" << shape.heads << " kvh" << shape.kv_heads << " d"
                                       << shape.head_dim << " " << DTypeName(shape.cache_dtype));
-    std::mt19937_64 rng(testing::SeedFromName(absl::StrCat("split", shape.heads, shape.kv_heads,
-                                                           shape.head_dim)));
+    std::mt19937_64 rng(
+        testing::SeedFromName(absl::StrCat("split", shape.heads, shape.kv_heads, shape.head_dim)));
     const Sequence seq = RandomSequence(rng, shape, kLen);
     ForEachBackend([&](Backend& backend) {
       const std::vector<float> whole = RunChunks(backend, shape, 16, seq, {kLen}, 1);
@@ -242,13 +247,168 @@ TEST(AttentionBatchTest, ASequencesRowsDoNotDependOnTheBatchOrTheThreads) {
   });
 }
 
+// A decode step of KvCacheWrite and PagedAttention captured once as a graph (on a backend
+// that has graphs: CUDA) with the batch's arrays in device buffers and max_context as its
+// capacity, then replayed after those buffers are rewritten for longer contexts on more
+// pages (one context reaching the capacity): each replay gives the eager ops' bits.
+TEST(AttentionGraphTest, OneCaptureServesGrowingContexts) {
+  const Shape shape{8, 2, 64, DType::kBF16};
+  constexpr int64_t kSeqs = 3, kPages = 200, kCapacity = 1500;
+  constexpr int32_t kBlock = 16;
+  ForEachBackend([&](Backend& backend) {
+    if (!backend.SupportsGraphs()) return;  // the CPU records no graphs
+    std::mt19937_64 rng(testing::SeedFromName("AttentionGraph"));
+    auto cache = KvCache::Create(backend, {.layers = 1,
+                                           .pages = kPages,
+                                           .block_size = kBlock,
+                                           .kv_heads = shape.kv_heads,
+                                           .head_dim = shape.head_dim,
+                                           .dtype = shape.cache_dtype});
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    // The step's arrays live at fixed device addresses the graph reads at each replay.
+    const size_t table_capacity = kSeqs * (kCapacity / kBlock + 1);
+    auto d_cu = DeviceArray::FromInts(backend, std::vector<int32_t>(kSeqs + 1));
+    auto d_start = DeviceArray::FromInts(backend, std::vector<int32_t>(kSeqs));
+    auto d_cu_blocks = DeviceArray::FromInts(backend, std::vector<int32_t>(kSeqs + 1));
+    auto d_table = DeviceArray::FromInts(backend, std::vector<int32_t>(table_capacity));
+    auto d_q = DeviceArray::FromFloats(backend, std::vector<float>(kSeqs * shape.q_width()));
+    auto d_k = DeviceArray::FromFloats(backend, std::vector<float>(kSeqs * shape.kv_width()));
+    auto d_v = DeviceArray::FromFloats(backend, std::vector<float>(kSeqs * shape.kv_width()));
+    auto d_out = DeviceArray::FromFloats(backend, std::vector<float>(kSeqs * shape.q_width()));
+    ASSERT_TRUE(d_cu.ok() && d_start.ok() && d_cu_blocks.ok() && d_table.ok() && d_q.ok() &&
+                d_k.ok() && d_v.ok() && d_out.ok());
+    const Device dev = backend.device();
+    std::vector<int32_t> order(kPages);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    // A decode batch at `positions`, its arrays uploaded into the fixed buffers.
+    auto step = [&](const std::vector<int32_t>& positions) {
+      PagedKvBatch batch;
+      batch.block_size = kBlock;
+      batch.max_context = kCapacity;
+      size_t next = 0;
+      for (int32_t p : positions) {
+        const size_t pages = static_cast<size_t>(p / kBlock + 1);
+        batch.Add(1, p, std::vector<int32_t>(order.begin() + next, order.begin() + next + pages));
+        next += pages;
+      }
+      auto upload = [&](const DeviceArray& to, const std::vector<int32_t>& from) {
+        EXPECT_TRUE(backend.CopyFromHost(to.data(), from.data(), from.size() * 4).ok());
+      };
+      upload(*d_cu, batch.cu_seqlens);
+      upload(*d_start, batch.start_positions);
+      upload(*d_cu_blocks, batch.cu_blocks);
+      upload(*d_table, batch.block_table);
+      batch.device_cu_seqlens = static_cast<const int32_t*>(d_cu->data());
+      batch.device_start_positions = static_cast<const int32_t*>(d_start->data());
+      batch.device_cu_blocks = static_cast<const int32_t*>(d_cu_blocks->data());
+      batch.device_block_table = static_cast<const int32_t*>(d_table->data());
+      for (const auto* a : {&*d_q, &*d_k, &*d_v}) {
+        const std::vector<float> values = testing::RandomFloats(
+            rng, (a == &*d_q ? shape.q_width() : shape.kv_width()) * kSeqs, -2.0f, 2.0f);
+        EXPECT_TRUE(backend.CopyFromHost(a->data(), values.data(), values.size() * 4).ok());
+      }
+      return batch;
+    };
+    auto ops = [&](const PagedKvBatch& batch) {
+      absl::Status s =
+          backend.KvCacheWrite(Tensor(d_k->data(), DType::kF32, {kSeqs, shape.kv_width()}, dev),
+                               Tensor(d_v->data(), DType::kF32, {kSeqs, shape.kv_width()}, dev),
+                               batch, cache->KCache(0), cache->VCache(0));
+      if (s.ok()) {
+        s = backend.PagedAttention(
+            Tensor(d_q->data(), DType::kF32, {kSeqs, shape.q_width()}, dev), cache->KCache(0),
+            cache->VCache(0), batch, 0.125f,
+            Tensor(d_out->data(), DType::kF32, {kSeqs, shape.q_width()}, dev));
+      }
+      return s;
+    };
+    const PagedKvBatch first = step({5, 100, 300});
+    ASSERT_TRUE(ops(first).ok());  // the warm-up sizes the op scratch for the capacity
+    ASSERT_TRUE(backend.Synchronize().ok());
+    ASSERT_TRUE(backend.BeginCapture().ok());
+    const absl::Status recorded = ops(first);
+    auto graph = backend.EndCapture();
+    ASSERT_TRUE(recorded.ok()) << recorded;
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    for (const std::vector<int32_t>& positions :
+         {std::vector<int32_t>{6, 101, 301}, {200, 700, kCapacity - 1}, {17, 16, 15}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "positions " << positions[0] << ", " << positions[1] << ", " << positions[2]);
+      const PagedKvBatch batch = step(positions);
+      ASSERT_TRUE(backend.Replay(**graph).ok());
+      auto replayed = d_out->ReadFloats();
+      ASSERT_TRUE(ops(batch).ok());
+      auto eager = d_out->ReadFloats();
+      ASSERT_TRUE(replayed.ok() && eager.ok());
+      EXPECT_EQ(*replayed, *eager);
+      EXPECT_TRUE(backend.IsGraphCurrent(**graph));
+    }
+  });
+}
+
+// x rounded to the nearest bf16, ties to even, in double (the test's own rounding).
+double RoundBf16(double x) {
+  int e;
+  const double m = std::frexp(x, &e);
+  return std::ldexp(std::nearbyint(m * 256.0), e - 8);
+}
+
+// Relu2 squares exactly representable squares (x with 12 significant bits), so its bf16 out
+// is the nearest-even rounding of a known value, ties included; NaN stays NaN, -inf and
+// negatives give 0, +inf stays. f32 and bf16 outs, on every backend, widths with a tail.
+TEST(Relu2Test, SquaresRoundsToNearestEvenAndKeepsNaN) {
+  std::mt19937_64 rng(testing::SeedFromName("Relu2"));
+  std::uniform_int_distribution<int> mantissa(2048, 4095), exponent(-20, 20), sign(0, 1);
+  std::vector<float> x;
+  for (int i = 0; i < 997; ++i) {
+    const float v = std::ldexp(static_cast<float>(mantissa(rng)), exponent(rng) - 11);
+    x.push_back(sign(rng) ? -v : v);
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {0.0f, -0.0f, inf, -inf, std::nanf(""), 1.0f + 1.0f / 256, 1.5f}) x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  ForEachBackend([&](Backend& backend) {
+    auto d_x = DeviceArray::FromFloats(backend, x);
+    auto d_f32 = DeviceArray::FromFloats(backend, std::vector<float>(n));
+    auto d_bf16 = DeviceArray::FromFloats(backend, std::vector<float>(n), DType::kBF16);
+    ASSERT_TRUE(d_x.ok() && d_f32.ok() && d_bf16.ok());
+    const Device dev = backend.device();
+    const Tensor xt(d_x->data(), DType::kF32, {1, n}, dev);
+    ASSERT_TRUE(backend.Relu2(xt, Tensor(d_f32->data(), DType::kF32, {1, n}, dev)).ok());
+    ASSERT_TRUE(backend.Relu2(xt, Tensor(d_bf16->data(), DType::kBF16, {1, n}, dev)).ok());
+    auto f32 = d_f32->ReadFloats();
+    auto bf16_bytes = d_bf16->Read();
+    ASSERT_TRUE(f32.ok() && bf16_bytes.ok());
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t half;
+      std::memcpy(&half, bf16_bytes->data() + 2 * i, 2);
+      const uint32_t bits = static_cast<uint32_t>(half) << 16;
+      float b;
+      std::memcpy(&b, &bits, 4);
+      if (std::isnan(x[i])) {
+        EXPECT_TRUE(std::isnan((*f32)[i]) && std::isnan(b)) << i;
+        continue;
+      }
+      const double square = x[i] > 0 ? static_cast<double>(x[i]) * x[i] : 0.0;
+      EXPECT_EQ((*f32)[i], static_cast<float>(square)) << "x " << x[i];
+      EXPECT_EQ(b, static_cast<float>(std::isinf(square) ? square : RoundBf16(square)))
+          << "x " << x[i];
+    }
+  });
+}
+
 // The pool: [layers, pages + 1, block_size, kv_heads, head_dim] per K and V, zeroed, one
 // contiguous view per layer, the page's cost over all layers, bad shapes refused by name.
 TEST(KvCacheTest, LayoutViewsAndRefusals) {
   auto backend = CreateBackend(BackendKind::kCpu);
   ASSERT_TRUE(backend.ok());
-  const KvCacheShape shape{.layers = 3, .pages = 10, .block_size = 4, .kv_heads = 2,
-                           .head_dim = 8, .dtype = DType::kBF16};
+  const KvCacheShape shape{.layers = 3,
+                           .pages = 10,
+                           .block_size = 4,
+                           .kv_heads = 2,
+                           .head_dim = 8,
+                           .dtype = DType::kBF16};
   // 2 (K, V) x 3 layers x 4 tokens x 2 heads x 8 dims x 2 bytes.
   EXPECT_EQ(shape.bytes_per_page(), 2 * 3 * 4 * 2 * 8 * 2);
   EXPECT_EQ(shape.bytes_per_token(), 2 * 3 * 2 * 8 * 2);
@@ -358,8 +518,14 @@ TEST_F(AttentionRefusalTest, MalformedBatches) {
   b = batch_;
   b.block_table = {2, 0, 1};  // sequence 1 needs 2 pages for positions 0..7
   b.cu_blocks = {0, 1, 2, 3};
-  ExpectRefused(b, "sequence 1 holds 8 positions (start 7 + run 1) but its block table has 1 "
-                   "pages of 4; give it at least 2 pages");
+  ExpectRefused(b,
+                "sequence 1 holds 8 positions (start 7 + run 1) but its block table has 1 "
+                "pages of 4; give it at least 2 pages");
+  b = batch_;
+  b.max_context = 7;  // sequence 1 holds 8 positions
+  ExpectRefused(b, "sequence 1 holds 8 positions but max_context is 7");
+  b.max_context = 8;
+  EXPECT_TRUE(Attend(b).ok());
   b = batch_;
   b.block_size = 8;
   ExpectRefused(b, "build the batch with the cache's block size");
@@ -404,40 +570,40 @@ TEST_F(AttentionRefusalTest, MalformedTensors) {
   };
   std::vector<float> wide_q(kRows * 5 * kHeadDim), small(64);
   // q's width is not a multiple of the KV heads' heads (5 heads over 2 KV heads).
-  refused(backend_->PagedAttention(F32(wide_q, {kRows, 5 * kHeadDim}), KCache(), VCache(),
-                                   batch_, 0.35f, Out()),
+  refused(backend_->PagedAttention(F32(wide_q, {kRows, 5 * kHeadDim}), KCache(), VCache(), batch_,
+                                   0.35f, Out()),
           "with heads a multiple of the cache's 2 KV heads");
   refused(backend_->PagedAttention(F32(q_, {kRows, kHeads * kHeadDim - 1}), KCache(), VCache(),
                                    batch_, 0.35f, Out()),
           "its width must be heads * head_dim (8)");
   refused(backend_->PagedAttention(Q(), KCache(), VCache(), batch_, 0.0f, Out()),
           "it must be finite and > 0");
-  refused(backend_->PagedAttention(Q(), KCache(), VCache(), batch_, 0.35f, Q()),
-          "out overlaps q");
+  refused(backend_->PagedAttention(Q(), KCache(), VCache(), batch_, 0.35f, Q()), "out overlaps q");
   refused(backend_->PagedAttention(Q(), KCache(), KCache(), batch_, 0.35f, Out()),
           "k_cache overlaps v_cache");
   std::vector<uint16_t> v16(v_cache_.size());
-  refused(backend_->PagedAttention(Q(), KCache(),
-                                   Tensor(v16.data(), DType::kBF16,
-                                          {kPages + 1, kBlock, kKvHeads, kHeadDim}),
-                                   batch_, 0.35f, Out()),
-          "both caches need one dtype");
+  refused(
+      backend_->PagedAttention(
+          Q(), KCache(), Tensor(v16.data(), DType::kBF16, {kPages + 1, kBlock, kKvHeads, kHeadDim}),
+          batch_, 0.35f, Out()),
+      "both caches need one dtype");
   refused(backend_->PagedAttention(Q(), F32(k_cache_, {kPages + 1, kBlock, kKvHeads * kHeadDim}),
                                    VCache(), batch_, 0.35f, Out()),
           "the op takes rank 4");
   refused(backend_->PagedAttention(
-              Q(), Tensor(k_cache_.data(), DType::kF32, {kPages + 1, kBlock, kKvHeads, kHeadDim},
-                          {kBlock * kKvHeads * kHeadDim * 2, kKvHeads * kHeadDim, kHeadDim, 1}),
+              Q(),
+              Tensor(k_cache_.data(), DType::kF32, {kPages + 1, kBlock, kKvHeads, kHeadDim},
+                     {kBlock * kKvHeads * kHeadDim * 2, kKvHeads * kHeadDim, kHeadDim, 1}),
               VCache(), batch_, 0.35f, Out()),
           "it must be contiguous");
-  refused(backend_->PagedAttention(Q(), F32(small, {1, 4, 2, 8}), F32(small, {1, 4, 2, 8}),
-                                   batch_, 0.35f, Out()),
+  refused(backend_->PagedAttention(Q(), F32(small, {1, 4, 2, 8}), F32(small, {1, 4, 2, 8}), batch_,
+                                   0.35f, Out()),
           "it needs pages plus the scratch page");
-  refused(backend_->KvCacheWrite(F32(q_, {kRows, kHeads * kHeadDim}), Kv(), batch_, KCache(),
+  refused(
+      backend_->KvCacheWrite(F32(q_, {kRows, kHeads * kHeadDim}), Kv(), batch_, KCache(), VCache()),
+      "the cache's kv_heads * head_dim");
+  refused(backend_->KvCacheWrite(Kv(), F32(kv_, {kRows - 1, kKvHeads * kHeadDim}), batch_, KCache(),
                                  VCache()),
-          "the cache's kv_heads * head_dim");
-  refused(backend_->KvCacheWrite(Kv(), F32(kv_, {kRows - 1, kKvHeads * kHeadDim}), batch_,
-                                 KCache(), VCache()),
           "k's rows");
   refused(backend_->KvCacheWrite(F32(k_cache_, {kRows, kKvHeads * kHeadDim}), Kv(), batch_,
                                  KCache(), VCache()),
