@@ -263,6 +263,31 @@ absl::StatusOr<RecurrentBatch> CudaBackend::WithDeviceMirrors(const RecurrentBat
   return out;
 }
 
+absl::StatusOr<PagedKvBatch> CudaBackend::WithDeviceMirrors(const PagedKvBatch& batch) {
+  if (batch.device_cu_seqlens != nullptr && batch.device_start_positions != nullptr &&
+      batch.device_cu_blocks != nullptr && batch.device_block_table != nullptr) {
+    return batch;
+  }
+  // One packed upload: [cu_seqlens (n+1) | start_positions (n) | cu_blocks (n+1) | table].
+  const size_t n = batch.start_positions.size(), table = batch.block_table.size();
+  kv_batch_host_.clear();
+  kv_batch_host_.insert(kv_batch_host_.end(), batch.cu_seqlens.begin(), batch.cu_seqlens.end());
+  kv_batch_host_.insert(kv_batch_host_.end(), batch.start_positions.begin(),
+                        batch.start_positions.end());
+  kv_batch_host_.insert(kv_batch_host_.end(), batch.cu_blocks.begin(), batch.cu_blocks.end());
+  kv_batch_host_.insert(kv_batch_host_.end(), batch.block_table.begin(), batch.block_table.end());
+  const size_t bytes = kv_batch_host_.size() * sizeof(int32_t);
+  COIL_ASSIGN_OR_RETURN(void* staging, kv_batch_staging_.Get(bytes, ctx_.stream));
+  COIL_RETURN_IF_ERROR(DoCopy(staging, kv_batch_host_.data(), bytes, /*to_host=*/false));
+  PagedKvBatch out = batch;
+  const int32_t* device = static_cast<const int32_t*>(staging);
+  out.device_cu_seqlens = device;
+  out.device_start_positions = device + n + 1;
+  out.device_cu_blocks = device + 2 * n + 1;
+  out.device_block_table = table > 0 ? device + 3 * n + 2 : device;
+  return out;
+}
+
 absl::Status CudaBackend::DoEmbedding(const Tensor& ids, const Tensor& table,
                                       int64_t vocab_offset, const Tensor& out) {
   COIL_RETURN_IF_ERROR(MakeCurrent());
@@ -369,30 +394,42 @@ absl::Status CudaBackend::RunMixerDecode(const Tensor& xbc_in, const Tensor& dt,
                            static_cast<int32_t*>(tickets));
 }
 
-namespace {
-
-absl::Status NoCudaKernel(const char* op) {
-  return absl::UnimplementedError(absl::StrCat(
-      op, " has no CUDA kernel yet; run models with attention or MLP blocks on --device cpu"));
+absl::Status CudaBackend::DoKvCacheWrite(const Tensor& k, const Tensor& v,
+                                         const PagedKvBatch& batch, const Tensor& k_cache,
+                                         const Tensor& v_cache) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
+  COIL_ASSIGN_OR_RETURN(PagedKvBatch device_batch, WithDeviceMirrors(batch));
+  return LaunchKvCacheWrite(ctx_, k, v, device_batch, k_cache, v_cache);
 }
 
-}  // namespace
-
-absl::Status CudaBackend::DoKvCacheWrite(const Tensor& /*k*/, const Tensor& /*v*/,
-                                         const PagedKvBatch& /*batch*/,
-                                         const Tensor& /*k_cache*/, const Tensor& /*v_cache*/) {
-  return NoCudaKernel("KvCacheWrite");
+absl::Status CudaBackend::DoPagedAttention(const Tensor& q, const Tensor& k_cache,
+                                           const Tensor& v_cache, const PagedKvBatch& batch,
+                                           float scale, const Tensor& out) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
+  COIL_ASSIGN_OR_RETURN(const AttnLaunch plan, PlanPagedAttention(q, k_cache, batch));
+  COIL_ASSIGN_OR_RETURN(PagedKvBatch device_batch, WithDeviceMirrors(batch));
+  // The decode splits' scratch: sized before a graph capture by the warm-up step over the
+  // same batch (its max_context), so a capture never grows it.
+  float* partials = nullptr;
+  if (plan.partial_floats > 0) {
+    COIL_ASSIGN_OR_RETURN(void* scratch, attn_partials_.Get(
+                                             static_cast<size_t>(plan.partial_floats) * 4, ctx_.stream));
+    partials = static_cast<float*>(scratch);
+  }
+  const int32_t* items = nullptr;
+  if (!plan.items.empty()) {  // prefill runs: never in a captured graph (decode steps only)
+    const size_t bytes = plan.items.size() * sizeof(int32_t);
+    COIL_ASSIGN_OR_RETURN(void* device, attn_items_.Get(bytes, ctx_.stream));
+    COIL_RETURN_IF_ERROR(DoCopy(device, plan.items.data(), bytes, /*to_host=*/false));
+    items = static_cast<const int32_t*>(device);
+  }
+  return LaunchPagedAttention(ctx_, q, k_cache, v_cache, device_batch, scale, out, plan, partials,
+                              items);
 }
 
-absl::Status CudaBackend::DoPagedAttention(const Tensor& /*q*/, const Tensor& /*k_cache*/,
-                                           const Tensor& /*v_cache*/,
-                                           const PagedKvBatch& /*batch*/, float /*scale*/,
-                                           const Tensor& /*out*/) {
-  return NoCudaKernel("PagedAttention");
-}
-
-absl::Status CudaBackend::DoRelu2(const Tensor& /*x*/, const Tensor& /*out*/) {
-  return NoCudaKernel("Relu2");
+absl::Status CudaBackend::DoRelu2(const Tensor& x, const Tensor& out) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
+  return LaunchRelu2(ctx_, x, out);
 }
 
 absl::Status CudaBackend::DoArgmax(const Tensor& logits, const Tensor& ids,

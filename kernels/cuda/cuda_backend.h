@@ -116,7 +116,6 @@ class CudaBackend final : public Backend {
                               float norm_eps, const RecurrentBatch& batch, const Tensor& conv_state,
                               const Tensor& ssm_state, const Tensor& xbc, const Tensor& y,
                               const Tensor& out, const Tensor& sumsq);
-  // The attention ops have no kernels on this backend yet: UNIMPLEMENTED, naming the op.
   absl::Status DoKvCacheWrite(const Tensor& k, const Tensor& v, const PagedKvBatch& batch,
                               const Tensor& k_cache, const Tensor& v_cache) override;
   absl::Status DoPagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -131,15 +130,20 @@ class CudaBackend final : public Backend {
   // Returns `batch` with device mirrors: itself when the caller set them, else a copy whose
   // mirrors point at this backend's batch staging, filled by one upload.
   absl::StatusOr<RecurrentBatch> WithDeviceMirrors(const RecurrentBatch& batch);
+  absl::StatusOr<PagedKvBatch> WithDeviceMirrors(const PagedKvBatch& batch);
 
   std::string name_;
   CudaContext ctx_;
   Workspace workspace_;
   Workspace batch_staging_;
+  Workspace kv_batch_staging_;  // a PagedKvBatch's arrays, when the caller gave no mirrors
+  Workspace attn_partials_;     // the decode attention splits' (m, l, acc)
+  Workspace attn_items_;        // the prefill attention blocks' items
   SsdPlanCache ssd_plans_;
   Workspace mixer_tickets_;  // MixerDecode's per-(sequence, group) tickets, zero between ops
   uint64_t tickets_zeroed_ = 0;  // the tickets' generation once zeroed (0: never allocated)
   std::vector<int32_t> batch_host_;  // the packed host image of an uploaded batch
+  std::vector<int32_t> kv_batch_host_;
   std::unique_ptr<CublasLtMatmul> matmul_;
   // Pinned host staging for copies of up to kPinnedSlotBytes (a step's metadata, sampling
   // parameters and answers): kPinnedUploadSlots upload slots, then one download slot. Null

@@ -43,7 +43,8 @@ class CudaGraph final : public Backend::Graph {
 }  // namespace
 
 uint64_t CudaBackend::MemoryGeneration() const {
-  return workspace_.generation() + batch_staging_.generation() + mixer_tickets_.generation();
+  return workspace_.generation() + batch_staging_.generation() + mixer_tickets_.generation() +
+         kv_batch_staging_.generation() + attn_partials_.generation();
 }
 
 bool CudaBackend::IsGraphCurrent(const Graph& graph) const {

@@ -10,12 +10,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/causal_conv1d_math.h"
 #include "kernels/cuda/ssm_scan_math.h"
+#include "kernels/paged_kv_batch.h"
 #include "kernels/recurrent_batch.h"
 #include "kernels/tensor.h"
 
@@ -109,6 +111,32 @@ absl::Status LaunchMixerDecode(const CudaContext& ctx, const Tensor& xbc_in, con
                                const Tensor& conv_state, const Tensor& ssm_state, const Tensor& xbc,
                                const Tensor& y, const Tensor& out, const Tensor& sumsq,
                                int32_t* tickets);
+// KvCacheWrite (kv_cache_write.cu); the batch carries device mirrors.
+absl::Status LaunchKvCacheWrite(const CudaContext& ctx, const Tensor& k, const Tensor& v,
+                                const PagedKvBatch& batch, const Tensor& k_cache,
+                                const Tensor& v_cache);
+
+// What one PagedAttention launches (paged_attention.cu), from the batch's host arrays: the
+// decode kernels when a run is one row, over max_splits splits (with the batch's
+// max_context, a captured graph's capacity), and one prefill block per item (sequence,
+// first (row, head) pair) per KV head for the longer runs. partial_floats: the decode
+// splits' scratch (0 when no row has more than one split).
+struct AttnLaunch {
+  bool decode = false;
+  std::vector<int32_t> items;
+  int64_t prefill_items = 0;
+  int32_t max_splits = 0;
+  int64_t partial_floats = 0;
+};
+// UNIMPLEMENTED for a head_dim or a GQA ratio the kernels are not built for.
+absl::StatusOr<AttnLaunch> PlanPagedAttention(const Tensor& q, const Tensor& k_cache,
+                                              const PagedKvBatch& batch);
+// `partials`: plan.partial_floats floats of scratch; `items`: plan.items on the device.
+absl::Status LaunchPagedAttention(const CudaContext& ctx, const Tensor& q, const Tensor& k_cache,
+                                  const Tensor& v_cache, const PagedKvBatch& batch, float scale,
+                                  const Tensor& out, const AttnLaunch& plan, float* partials,
+                                  const int32_t* items);
+absl::Status LaunchRelu2(const CudaContext& ctx, const Tensor& x, const Tensor& out);
 absl::Status LaunchArgmax(const CudaContext& ctx, const Tensor& logits, const Tensor& ids,
                           const Tensor& values);
 absl::Status LaunchGumbelArgmax(const CudaContext& ctx, const Tensor& logits,

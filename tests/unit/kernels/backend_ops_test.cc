@@ -95,7 +95,7 @@ TEST_P(BackendOpsTest, MatchesReference) {
       ASSERT_EQ(std::isinf(a[i]), std::isinf(b[i])) << name << "[" << i << "] = " << a[i];
     }
     const double nmse = Nmse(a, b);
-    EXPECT_LE(nmse, test_case->max_nmse()) << name << ": NMSE " << nmse;
+    EXPECT_LE(nmse, test_case->max_nmse_for(p.backend.kind)) << name << ": NMSE " << nmse;
   }
   // Cases with references of their own: both sides against them too.
   const auto expected = test_case->Expected();
@@ -106,7 +106,8 @@ TEST_P(BackendOpsTest, MatchesReference) {
       ASSERT_EQ(name, got->outputs[o].first);
       ASSERT_EQ(e.size(), got->outputs[o].second.size()) << name;
       const double nmse = Nmse(got->outputs[o].second, e);
-      EXPECT_LE(nmse, test_case->max_nmse()) << name << " against the case's own reference: NMSE " << nmse;
+      EXPECT_LE(nmse, test_case->max_nmse_for(p.backend.kind))
+          << name << " against the case's own reference: NMSE " << nmse;
       const double ref_nmse = Nmse(want->outputs[o].second, e);
       EXPECT_LE(ref_nmse, test_case->max_nmse())
           << name << ": the reference mode against the case's own reference: NMSE " << ref_nmse;
