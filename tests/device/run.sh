@@ -4,8 +4,9 @@
 # (COIL_SERVING=OFF, COIL_CUDA=ON) from the repository and third_party_local/ (filled by
 # scripts/device_bundle.sh on a Debian machine and carried along), runs the CUDA test
 # programs, one coil-run generation on the GPU from a random 130m-shape model, the model
-# benchmark and the per-op benchmark (op_bench), and prints one table. Meant to take about
-# 5 minutes, build included.
+# benchmark and the per-op benchmark (op_bench), the same for a random Nemotron-H hybrid
+# (nemotron-130m: logits and greedy tokens against the CPU backend, decode and prefill
+# figures), and prints one table. Meant to take about 5 minutes, build included.
 #
 # Usage (from anywhere): tests/device/run.sh
 #   environment: OUT=DIR       write the summary and every log there as they come (a run
@@ -16,7 +17,8 @@
 #                JOBS=16       build jobs          CUDA_ARCH=90   CMAKE_CUDA_ARCHITECTURES
 #                BUILD_DIR=build-device            EXTRA_TARGETS="t1 t2"  more test programs
 #                SANITIZE=1    also run, last, the CUDA op cases under compute-sanitizer
-#                              memcheck, and the scan and mixer cases under racecheck
+#                              memcheck, and the scan, mixer and attention cases under
+#                              racecheck
 # Order: build, the tests, one generation, the benchmarks and the op profile, then the
 # sanitizers: what a time limit cuts is what matters least.
 # Exit status: 0 when everything built and no test failed.
@@ -151,7 +153,7 @@ if [[ $configure_status -ne 0 ]]; then
 fi
 
 targets=(backend_ops_test cuda_runtime_test batch_invariance_test op_timing_test mamba2_model_test
-         coil-make-model coil-run model_bench op_bench)
+         attention_ops_test coil-make-model coil-run model_bench op_bench)
 if [[ $configure_status -eq 0 ]]; then
   # The whole-model GPU tests, whatever their names: test programs under
   # tests/unit/workers/runner whose name says gpu or cuda.
@@ -220,6 +222,9 @@ run_gtest cuda_runtime_test 60
 run_gtest backend_ops_test 120
 run_gtest batch_invariance_test 60
 run_gtest op_timing_test 60
+# The attention ops on the GPU: split = whole = decode rows, batch invariance, relu², and a
+# decode graph replayed over growing contexts against eager runs.
+run_gtest attention_ops_test 60
 summary
 # The whole model: the GPU cases of the CPU model test (its CPU cases take minutes), and
 # the GPU test programs found above.
@@ -234,7 +239,7 @@ rm -f "$logs/coil_run.log"
 make_model=$(program coil-make-model)
 coil_run=$(program coil-run)
 model_dir=$(mktemp -d "${TMPDIR:-/tmp}/coil-130m-XXXXXX")
-trap 'rm -rf "$model_dir"' EXIT
+trap 'rm -rf "$model_dir"' EXIT  # and the hybrid's, below
 if [[ -n $make_model ]]; then
   note "coil-make-model --shape 130m --dtype bf16"
   if ! "$make_model" --shape 130m --dtype bf16 --out "$model_dir" > "$logs/make_model.log" 2>&1; then
@@ -260,6 +265,70 @@ elif [[ -n $make_model && -n $coil_run ]]; then
     overall=1
     tail -n 3 "$logs/coil_run.log" | sed 's/^/    /'
     rows+=("| coil-run --device cuda | 0 | 1 | 0 | $seconds | exit $status |")
+  fi
+fi
+summary
+
+# ---- the hybrid: a random nemotron-130m (Mamba2, attention and MLP blocks, bf16) ----
+# Greedy tokens equal on the GPU and on the CPU backend, and the prompt's logits within
+# bf16 tolerance (worst row: max |cuda - cpu| / max |cpu| <= 2e-2). Skipped, with a row
+# saying so, while coil-make-model has no nemotron-130m shape.
+nemo_dir=$(mktemp -d "${TMPDIR:-/tmp}/coil-nemotron-XXXXXX")
+trap 'rm -rf "$model_dir" "$nemo_dir"' EXIT
+have_nemo=""
+if [[ -n ${make_model:-} ]]; then
+  note "coil-make-model --shape nemotron-130m --dtype bf16"
+  if "$make_model" --shape nemotron-130m --dtype bf16 --out "$nemo_dir" \
+      > "$logs/make_model_nemotron.log" 2>&1; then
+    have_nemo=1
+  else
+    rows+=("| nemotron-130m | - | - | - | - | skipped: $(tail -n 1 "$logs/make_model_nemotron.log" | cut -c1-80) |")
+  fi
+fi
+limit=$(limit_for 60)
+if [[ -n $have_nemo && -n $coil_run && $limit -eq 0 ]]; then
+  skipped_for_time "coil-run nemotron-130m, cuda against cpu"
+elif [[ -n $have_nemo && -n $coil_run ]]; then
+  note "coil-run nemotron-130m on cuda and on cpu"
+  start=$(date +%s)
+  nemo_status=0
+  for device in cuda cpu; do
+    timeout "$limit" "$coil_run" --model "$nemo_dir" --device "$device" \
+      --ids 510,2020,310,1063,3286,273,2020,77 --max-tokens 16 \
+      --dump-logits "$logs/nemotron_logits_$device.npy" > "$logs/coil_run_nemotron_$device.log" 2>&1 ||
+      nemo_status=$?
+  done
+  seconds=$(( $(date +%s) - start ))
+  ids_cuda=$(grep -m1 '^ids: ' "$logs/coil_run_nemotron_cuda.log")
+  ids_cpu=$(grep -m1 '^ids: ' "$logs/coil_run_nemotron_cpu.log")
+  # The worst row's relative error of the two .npy files (f32, C order), without numpy.
+  worst=$(python3 - "$logs/nemotron_logits_cuda.npy" "$logs/nemotron_logits_cpu.npy" <<'PY' 2>&1
+import array, ast, sys
+def load(path):
+    data = open(path, "rb").read()
+    header_len = int.from_bytes(data[8:10], "little")
+    header = ast.literal_eval(data[10:10 + header_len].decode())
+    values = array.array("f")
+    values.frombytes(data[10 + header_len:])
+    return header["shape"], values
+(rows, cols), a = load(sys.argv[1])
+shape_b, b = load(sys.argv[2])
+assert shape_b == (rows, cols), (shape_b, (rows, cols))
+worst = 0.0
+for r in range(rows):
+    ra, rb = a[r * cols:(r + 1) * cols], b[r * cols:(r + 1) * cols]
+    scale = max(abs(x) for x in rb) or 1.0
+    worst = max(worst, max(abs(x - y) for x, y in zip(ra, rb)) / scale)
+print(f"{worst:.3g}")
+PY
+  )
+  echo "    cuda $ids_cuda; cpu $ids_cpu; logits' worst row error $worst"
+  if [[ $nemo_status -eq 0 && -n $ids_cuda && $ids_cuda == "$ids_cpu" ]] &&
+     python3 -c "import sys; sys.exit(0 if float('$worst') <= 2e-2 else 1)" 2>/dev/null; then
+    rows+=("| coil-run nemotron-130m, cuda against cpu | 1 | 0 | 0 | $seconds | same 16 tokens; logits within $worst |")
+  else
+    overall=1
+    rows+=("| coil-run nemotron-130m, cuda against cpu | 0 | 1 | 0 | $seconds | exit $nemo_status; tokens $([[ $ids_cuda == "$ids_cpu" ]] && echo equal || echo differ); logits $worst |")
   fi
 fi
 summary
@@ -335,6 +404,37 @@ if [[ -n $bench_exe && -n $make_model ]]; then
   summary
 fi
 
+# ---- the hybrid's figures: decode at batch 1, 64 and 256 (at 4k context where
+# model_bench takes --context) and prefill 8 x 2048, bf16 ----
+if [[ -n $bench_exe && -n $have_nemo ]]; then
+  context_args=()
+  "$bench_exe" --helpfull 2>&1 | grep -q -- '--context' && context_args=(--context 4096)
+  limit=$(limit_for 90)
+  if [[ $limit -eq 0 ]]; then
+    skipped_for_time "model_bench nemotron-130m"
+  else
+    note "model_bench nemotron-130m (timeout ${limit}s)"
+    start=$(date +%s)
+    timeout "$limit" "$bench_exe" --model "$nemo_dir" --device cuda --batches 1,64,256 \
+      --decode-steps 16 --prefill 2048 --prefill-seqs 8 "${context_args[@]}" \
+      > "$logs/model_bench_nemotron.log" 2>&1
+    status=$?
+    seconds=$(( $(date +%s) - start ))
+    if [[ $status -eq 0 ]]; then
+      rows+=("| model_bench nemotron-130m | 1 | 0 | 0 | $seconds | figures below |")
+      mapfile -t -O "${#bench[@]}" bench < <(echo
+        grep -E '^bounds:' "$logs/model_bench_nemotron.log" | sed 's/^/nemotron-130m /'
+        grep -E '^\| (decode|prefill)' "$logs/model_bench_nemotron.log" |
+          sed -E 's/^\| (decode|prefill) \|/| \1, nemotron-130m |/')
+    else
+      overall=1
+      tail -n 3 "$logs/model_bench_nemotron.log" | sed 's/^/    /'
+      rows+=("| model_bench nemotron-130m | 0 | 1 | 0 | $seconds | $(ended "$status" "$limit") |")
+    fi
+  fi
+  summary
+fi
+
 # ---- per-op figures (no assertions): decode at 1 and 256 sequences and prefill of 2048
 # tokens for every op, and the 16k-token prefill for the ops other than the vocabulary-wide
 # matmul, embedding and argmax (gigabytes of random inputs, seconds of host time) ----
@@ -357,20 +457,39 @@ if [[ -n $op_exe ]]; then
       > "$logs/op_bench_16k.log" 2>&1
     status_16k=$?
   fi
+  # The attention ops beyond the 4k context of the run above (whose decode 256 row is the
+  # bandwidth target): decode rows at 32k context, and one 8k-token prompt (the tensor-core
+  # target), each beside its bound.
+  status_attn=125
+  limit=$(limit_for 60)
+  if [[ $limit -gt 0 ]]; then
+    { timeout "$limit" "$op_exe" --device cuda --rows 1,8 --context 32768 --repeats 50 \
+        --ops PagedAttention,KvCacheWrite &&
+      timeout "$limit" "$op_exe" --device cuda --rows 8192 --context 8192 --repeats 50 \
+        --ops PagedAttention; } > "$logs/op_bench_attention.log" 2>&1
+    status_attn=$?
+  fi
   seconds=$(( $(date +%s) - start ))
-  # The first log's header and rows, then the second's rows (data rows start "| Op").
+  # The first log's header and rows, then the others' rows (data rows start "| Op").
   mapfile -t op_table < <(grep -E '^op_bench:' "$logs/op_bench.log" 2>/dev/null; echo
                           grep -E '^\|' "$logs/op_bench.log" 2>/dev/null
-                          grep -E '^\| [A-Z]' "$logs/op_bench_16k.log" 2>/dev/null)
-  failed=$(cat "$logs/op_bench.log" "$logs/op_bench_16k.log" 2>/dev/null | grep -c '| failed: ')
-  if [[ $status -eq 0 && $status_16k -eq 0 ]]; then
+                          grep -E '^\| [A-Z]' "$logs/op_bench_16k.log" 2>/dev/null
+                          sed -E 's/^\| (PagedAttention|KvCacheWrite) \|/| \1, context 32k or 8k |/' \
+                            "$logs/op_bench_attention.log" 2>/dev/null | grep -E '^\| [A-Z]'
+                          echo
+                          echo "PagedAttention bounds: decode, the K/V bytes over 4.8 TB/s (the %" \
+                               "column; target 60% at 256 x 4k); prefill, 989 TFLOP/s of dense" \
+                               "bf16 tensor-core peak (H200; target 40% at 8k tokens)")
+  failed=$(cat "$logs/op_bench.log" "$logs/op_bench_16k.log" "$logs/op_bench_attention.log" \
+             2>/dev/null | grep -c '| failed: ')
+  if [[ $status -eq 0 && $status_16k -eq 0 && ( $status_attn -eq 0 || $status_attn -eq 125 ) ]]; then
     rows+=("| op_bench --device cuda | 2 | 0 | 0 | $seconds | figures below |")
   elif [[ $status -eq 125 && $status_16k -eq 125 ]]; then
     skipped_for_time "op_bench --device cuda"
   else
     overall=1
     tail -n 3 "$logs/op_bench.log" "$logs/op_bench_16k.log" 2>/dev/null | sed 's/^/    /'
-    rows+=("| op_bench --device cuda | - | $failed cases | 0 | $seconds | rows 1-2048: $(ended "$status" "$limit_main"); 16k: $(ended "$status_16k" "$limit") |")
+    rows+=("| op_bench --device cuda | - | $failed cases | 0 | $seconds | rows 1-2048: $(ended "$status" "$limit_main"); 16k: $(ended "$status_16k" "$limit"); attention: $(ended "$status_attn" "$limit") |")
   fi
   summary
 fi
@@ -383,11 +502,12 @@ if [[ ${SANITIZE:-0} == 1 ]]; then
     wrap=(compute-sanitizer --tool memcheck --error-exitcode 99)
     cp "$(program backend_ops_test)" "$build/backend_ops_test_memcheck" 2>/dev/null &&
       run_gtest backend_ops_test_memcheck 240 '*cuda*'
-    # The tiled SSD kernels (fp32 and bf16 tensor-core forms) and the fused mixer decode
-    # share memory between warps across barriers: racecheck finds a missing one.
+    # The tiled SSD kernels (fp32 and bf16 tensor-core forms), the fused mixer decode and the
+    # paged attention share memory between warps across barriers: racecheck finds a missing
+    # one.
     wrap=(compute-sanitizer --tool racecheck --error-exitcode 99)
     cp "$(program backend_ops_test)" "$build/backend_ops_test_racecheck" 2>/dev/null &&
-      run_gtest backend_ops_test_racecheck 180 '*SsmScan_cuda*:*MixerDecode_cuda*'
+      run_gtest backend_ops_test_racecheck 180 '*SsmScan_cuda*:*MixerDecode_cuda*:*PagedAttention_cuda*'
     wrap=()
   else
     rows+=("| memcheck | - | - | - | - | compute-sanitizer not found |")
