@@ -17,9 +17,27 @@ StreamFinish ToStreamFinish(FinishReason reason) {
     case FinishReason::kLength: return StreamFinish::kLength;
     case FinishReason::kStop: return StreamFinish::kStop;
     case FinishReason::kEos: return StreamFinish::kEos;
-    case FinishReason::kCancelled: return StreamFinish::kCancelled;
     default: return StreamFinish::kNone;
   }
+}
+
+// The request counters, by how a stream ended.
+void CountOutcome(metrics::CoilMetrics* metrics, const StreamOutcome& outcome) {
+  if (metrics == nullptr) return;
+  if (outcome.code != absl::StatusCode::kOk) {
+    metrics->RequestsFailed(outcome.code).Increment();
+    return;
+  }
+  switch (outcome.reason) {
+    case StreamFinish::kStop: metrics->RequestsFinished(metrics::FinishReason::kStop).Increment(); break;
+    case StreamFinish::kEos: metrics->RequestsFinished(metrics::FinishReason::kEos).Increment(); break;
+    default: metrics->RequestsFinished(metrics::FinishReason::kLength).Increment(); break;
+  }
+}
+
+absl::Status ShuttingDown() {
+  return absl::UnavailableError(
+      "the server is shutting down and takes no new requests; retry on another replica");
 }
 
 }  // namespace
@@ -40,13 +58,25 @@ EngineLoop::~EngineLoop() {
 void EngineLoop::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 absl::Status EngineLoop::Submit(std::shared_ptr<RequestStream> stream, GenerationInput input) {
+  metrics::CoilMetrics* metrics = metrics_;  // outlives every stream's end
+  stream->ObserveEnd([metrics](const StreamOutcome& outcome) { CountOutcome(metrics, outcome); });
+  absl::Status refusal;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (draining_) {
-      return absl::UnavailableError(
-          "the server is shutting down and takes no new requests; retry on another replica");
+    if (!failure_.ok()) {
+      refusal = failure_;
+    } else if (draining_) {
+      refusal = ShuttingDown();
+    } else {
+      live_[stream->request_id()] = stream;
+      inbox_.push_back(Submission{stream, std::move(input), Clock::now()});
     }
-    inbox_.push_back(Submission{std::move(stream), std::move(input), Clock::now()});
+  }
+  if (!refusal.ok()) {
+    StreamBatch batch;
+    batch.error = refusal;
+    stream->Push(std::move(batch));
+    return refusal;
   }
   wake_.notify_one();
   return absl::OkStatus();
@@ -60,15 +90,54 @@ void EngineLoop::Cancel(uint64_t request_id) {
   wake_.notify_one();
 }
 
+void EngineLoop::CountRefused(const absl::Status& status) {
+  CountOutcome(metrics_, StreamOutcome{StreamFinish::kNone, status.code()});
+}
+
 void EngineLoop::BeginDrain(std::chrono::milliseconds grace) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!draining_) {
       draining_ = true;
+      drain_grace_ = grace;
       drain_deadline_ = Clock::now() + grace;
     }
   }
   wake_.notify_one();
+}
+
+void EngineLoop::Fail(const absl::Status& status) {
+  const absl::Status failure = status.ok() ? absl::InternalError("the engine failed") : status;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::function<void(const absl::Status&)> callback;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return;
+    failure_ = failure;
+    for (auto& [id, stream] : live_) streams.push_back(std::move(stream));
+    live_.clear();
+    inbox_.clear();  // their streams are in `streams`
+    callback = std::move(on_failure_);
+  }
+  wake_.notify_one();
+  COIL_LOG(ERROR) << "engine failed: " << failure.message() << "; ending " << streams.size()
+                  << " requests";
+  for (const std::shared_ptr<RequestStream>& stream : streams) {
+    StreamBatch batch;
+    batch.error = failure;
+    stream->Push(std::move(batch));
+  }
+  if (callback) callback(failure);
+}
+
+absl::Status EngineLoop::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void EngineLoop::OnFailure(std::function<void(const absl::Status&)> callback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_failure_ = std::move(callback);
 }
 
 bool EngineLoop::draining() const {
@@ -113,10 +182,6 @@ void EngineLoop::PublishSnapshot() {
   snapshot_ = snapshot;
 }
 
-void EngineLoop::CountFailure(const absl::Status& status) {
-  if (metrics_ != nullptr) metrics_->RequestsFailed(status.code()).Increment();
-}
-
 void EngineLoop::Loop() {
   for (;;) {
     std::vector<Submission> submissions;
@@ -126,20 +191,33 @@ void EngineLoop::Loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       const bool busy = scheduler_->HasUnfinishedRequests();
-      // Idle: sleep until a request, a cancel or the drain arrives. No busy loop.
-      wake_.wait(lock, [&] { return busy || draining_ || !inbox_.empty() || !cancels_.empty(); });
+      // Idle: sleep until a request, a cancel, the drain or a failure arrives. No busy loop.
+      wake_.wait(lock, [&] {
+        return busy || draining_ || !failure_.ok() || !inbox_.empty() || !cancels_.empty();
+      });
+      // After a failure the ranks cannot run steps together: Fail ended every stream, and
+      // the workers are ended by whoever detected it.
+      if (!failure_.ok()) break;
       submissions.swap(inbox_);
       cancels.swap(cancels_);
       draining = draining_;
       drain_expired = draining_ && Clock::now() >= drain_deadline_;
     }
     for (Submission& submission : submissions) Admit(std::move(submission));
-    for (uint64_t id : cancels) CancelActive(id);
+    for (uint64_t id : cancels) {
+      EndWithError(id, absl::CancelledError("the request was cancelled by the client"));
+    }
     if (drain_expired && !active_.empty()) {
-      COIL_LOG(WARNING) << "drain timeout: cancelling " << active_.size() << " requests";
+      COIL_LOG(WARNING) << "drain timeout: ending " << active_.size() << " requests";
       std::vector<uint64_t> ids;
       for (const auto& [id, active] : active_) ids.push_back(id);
-      for (uint64_t id : ids) CancelActive(id);
+      for (uint64_t id : ids) {
+        const int32_t tokens = active_.at(id).completion_tokens;
+        EndWithError(id, absl::UnavailableError(absl::StrCat(
+                             "the server is shutting down and ended this request at its drain "
+                             "timeout (", drain_grace_.count() / 1000.0, " s) after ", tokens,
+                             " generated tokens; retry on another replica")));
+      }
     }
     if (!scheduler_->HasUnfinishedRequests()) {
       PublishSnapshot();
@@ -149,8 +227,11 @@ void EngineLoop::Loop() {
     RunOneStep();
     PublishSnapshot();
   }
-  const absl::Status shutdown = executor_.Shutdown();
-  if (!shutdown.ok()) COIL_LOG(ERROR) << "shutting down the workers: " << shutdown;
+  absl::Status shutdown = failure();
+  if (shutdown.ok()) {
+    shutdown = executor_.Shutdown();
+    if (!shutdown.ok()) COIL_LOG(ERROR) << "shutting down the workers: " << shutdown;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   shutdown_status_ = shutdown;
   finished_ = true;
@@ -168,10 +249,10 @@ void EngineLoop::Admit(Submission submission) {
   request.ignore_eos = input.ignore_eos;
   const absl::Status added = scheduler_->AddRequest(std::move(request));
   if (!added.ok()) {
-    CountFailure(added);
     StreamBatch refusal;
     refusal.error = added;
     submission.stream->Push(std::move(refusal));
+    Forget(id);
     return;
   }
   submission.stream->MarkAdmitted();
@@ -187,12 +268,21 @@ void EngineLoop::Admit(Submission submission) {
   active_.emplace(id, std::move(active));
 }
 
-void EngineLoop::CancelActive(uint64_t request_id) {
+void EngineLoop::EndWithError(uint64_t request_id, const absl::Status& error) {
   auto it = active_.find(request_id);
   if (it == active_.end()) return;  // already finished, or refused
   // NOT_FOUND would mean the scheduler already let it go; the stream still gets its end.
   scheduler_->Cancel(request_id).IgnoreError();
-  End(request_id, it->second, StreamBatch{}, StreamFinish::kCancelled, "");
+  StreamBatch batch;
+  batch.error = error;
+  it->second.stream->Push(std::move(batch));
+  active_.erase(it);
+  Forget(request_id);
+}
+
+void EngineLoop::Forget(uint64_t request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  live_.erase(request_id);
 }
 
 void EngineLoop::RunOneStep() {
@@ -210,6 +300,13 @@ void EngineLoop::RunOneStep() {
     if (it != active_.end() && !it->second.admitted.has_value()) it->second.admitted = now;
   }
   const StepResult result = executor_.Run(plan);
+  if (result.fatal) {
+    // A collective failed: no later step can run on these ranks.
+    Fail(absl::UnavailableError(absl::StrCat(
+        "the server lost its worker ranks and must restart (step ", plan.step_id,
+        ": ", result.error, "); retry on another replica")));
+    return;
+  }
   auto updates = scheduler_->Update(plan, result);
   if (metrics_ != nullptr) metrics_->step_duration().Observe(SecondsBetween(now, Clock::now()));
   if (!updates.ok()) {
@@ -227,9 +324,9 @@ void EngineLoop::Apply(const RequestUpdate& update) {
     StreamBatch failure;
     failure.error = update.error.ok() ? absl::InternalError("the step failed on a worker rank")
                                       : update.error;
-    CountFailure(failure.error);
     active.stream->Push(std::move(failure));
     active_.erase(it);
+    Forget(update.request_id);
     return;
   }
   StreamBatch batch;
@@ -298,20 +395,12 @@ void EngineLoop::End(uint64_t request_id, Active& active, StreamBatch batch, Str
   final.time_to_first_token_seconds =
       active.first_token.has_value() ? SecondsBetween(active.arrival, *active.first_token) : 0.0;
   final.total_seconds = SecondsBetween(active.arrival, now);
-  if (metrics_ != nullptr) {
-    metrics_->request_latency().Observe(final.total_seconds);
-    metrics::FinishReason counted = metrics::FinishReason::kLength;
-    switch (reason) {
-      case StreamFinish::kStop: counted = metrics::FinishReason::kStop; break;
-      case StreamFinish::kEos: counted = metrics::FinishReason::kEos; break;
-      case StreamFinish::kCancelled: counted = metrics::FinishReason::kCancelled; break;
-      default: break;
-    }
-    metrics_->RequestsFinished(counted).Increment();
-  }
+  // The counters move when the stream ends (RequestStream's end observer), once.
+  if (metrics_ != nullptr) metrics_->request_latency().Observe(final.total_seconds);
   batch.final = std::move(final);
   active.stream->Push(std::move(batch));
   active_.erase(request_id);
+  Forget(request_id);
 }
 
 }  // namespace coil

@@ -4,7 +4,10 @@
 // result, detokenizes each new token incrementally, matches stop strings across token
 // boundaries (holding back text that may begin one) and pushes the output into each
 // request's RequestStream. Invariant: only the loop's thread calls the scheduler and the
-// executor (hence MPI); when no request is live it sleeps on a condition variable.
+// executor (hence MPI); when no request is live it sleeps on a condition variable. Every
+// request submitted is counted once, when its stream ends, by how it ended; when the
+// engine fails (a rank lost), every stream it holds ends with the failure, from whichever
+// thread reports it, even while the loop's thread is stuck in a step that cannot finish.
 #ifndef COIL_ENGINE_ENGINE_LOOP_H_
 #define COIL_ENGINE_ENGINE_LOOP_H_
 
@@ -12,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -68,18 +72,36 @@ class EngineLoop {
   uint64_t NextRequestId() { return next_request_id_.fetch_add(1); }
 
   // Queues a validated request whose output goes to `stream` (stream->request_id() is its
-  // id). UNAVAILABLE while draining; a full queue is reported through the stream
-  // (RESOURCE_EXHAUSTED) when the loop takes the request.
+  // id); from here on the engine counts the request when its stream ends. While draining
+  // or failed the request is refused: the refusal (UNAVAILABLE) ends the stream and is
+  // returned. A full queue is reported through the stream (RESOURCE_EXHAUSTED) when the
+  // loop takes the request.
   absl::Status Submit(std::shared_ptr<RequestStream> stream, GenerationInput input);
-  // Removes a request at the next step boundary and frees its row and pages.
+  // Removes a request at the next step boundary and frees its row and pages (the caller
+  // has ended its stream, e.g. with CANCELLED).
   void Cancel(uint64_t request_id);
+  // Counts a request refused before it reached Submit (e.g. by validation).
+  void CountRefused(const absl::Status& status);
 
-  // Stops taking requests; in-flight ones run until `grace` passes, then are cancelled;
-  // then the workers are shut down and the loop ends.
+  // Stops taking requests; in-flight ones run until `grace` passes, then end with
+  // UNAVAILABLE (the client may retry elsewhere); then the workers are shut down and the
+  // loop ends.
   void BeginDrain(std::chrono::milliseconds grace);
   bool draining() const;
-  // Waits for the loop to end (after BeginDrain); returns the workers' shutdown status.
+  // Waits for the loop to end (after BeginDrain or Fail); returns the workers' shutdown
+  // status, or the failure.
   absl::Status Join();
+
+  // The engine cannot run steps any more (a rank died, stopped or hung, or a collective
+  // failed): every queued and running request ends with `status` (its message names the
+  // rank), new requests are refused with it, the loop stops without sending the shutdown
+  // plan, and the failure callback runs. Any thread; the first failure wins.
+  void Fail(const absl::Status& status);
+  // OK until Fail.
+  absl::Status failure() const;
+  // Runs once, on the thread that called Fail (or the loop's, for a failed collective),
+  // after every stream has ended. Set before Start.
+  void OnFailure(std::function<void(const absl::Status&)> callback);
 
   EngineSnapshot Snapshot() const;
 
@@ -105,15 +127,17 @@ class EngineLoop {
 
   void Loop();
   void Admit(Submission submission);
-  void CancelActive(uint64_t request_id);
+  // Ends a running request with `error` (its stream may have ended already) and frees its
+  // row and pages.
+  void EndWithError(uint64_t request_id, const absl::Status& error);
+  // Forgets a stream once it has ended (it no longer needs ending on a failure).
+  void Forget(uint64_t request_id);
   void RunOneStep();
   void Apply(const RequestUpdate& update);
   // Sends the final event and forgets the request.
   void End(uint64_t request_id, Active& active, StreamBatch batch, StreamFinish reason,
            std::string matched_stop);
   void PublishSnapshot();
-  // Counts a request that ended with an error (metrics only).
-  void CountFailure(const absl::Status& status);
 
   std::unique_ptr<Scheduler> scheduler_;  // the loop's thread only
   const tokenizer::Tokenizer& tokenizer_;
@@ -127,8 +151,13 @@ class EngineLoop {
   std::condition_variable wake_;
   std::vector<Submission> inbox_;
   std::vector<uint64_t> cancels_;
+  // Every submitted stream not yet ended by the loop, so that Fail can end them all.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<RequestStream>> live_;
   bool draining_ = false;
   Clock::time_point drain_deadline_;
+  std::chrono::milliseconds drain_grace_{0};
+  absl::Status failure_;
+  std::function<void(const absl::Status&)> on_failure_;
   EngineSnapshot snapshot_;
   absl::Status shutdown_status_;
   bool finished_ = false;

@@ -1,5 +1,6 @@
 #include "engine/generation_service.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,12 +15,13 @@ namespace {
 using coil::v1::GenerateRequest;
 using coil::v1::GenerateResponse;
 
+constexpr std::chrono::milliseconds kDeadlineSlack{100};
+
 coil::v1::FinishReason ToProto(StreamFinish reason) {
   switch (reason) {
     case StreamFinish::kLength: return coil::v1::FINISH_REASON_LENGTH;
     case StreamFinish::kStop: return coil::v1::FINISH_REASON_STOP;
     case StreamFinish::kEos: return coil::v1::FINISH_REASON_EOS;
-    case StreamFinish::kCancelled: return coil::v1::FINISH_REASON_CANCELLED;
     default: return coil::v1::FINISH_REASON_UNSPECIFIED;
   }
 }
@@ -30,8 +32,9 @@ coil::v1::FinishReason ToProto(StreamFinish reason) {
 class GenerateReactor final : public grpc::ServerWriteReactor<GenerateResponse>,
                               public RequestStream::Listener {
  public:
-  GenerateReactor(EngineLoop& engine, const tokenizer::Tokenizer& tokenizer)
-      : engine_(engine), tokenizer_(tokenizer) {}
+  GenerateReactor(EngineLoop& engine, const tokenizer::Tokenizer& tokenizer,
+                  grpc::CallbackServerContext* context)
+      : engine_(engine), tokenizer_(tokenizer), context_(context) {}
 
   // Refuses the call at once.
   void Refuse(const absl::Status& status) {
@@ -53,7 +56,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<GenerateResponse>,
       return;
     }
     response_.Clear();
-    response_.set_request_id(stream_->client_request_id());
+    // The id once, in the first response: a long id must not multiply the stream's size.
+    if (!sent_request_id_) {
+      response_.set_request_id(stream_->client_request_id());
+      sent_request_id_ = true;
+    }
     response_.set_text(std::move(batch.text));
     for (int32_t id : batch.token_ids) response_.add_token_ids(id);
     for (const StreamLogprob& logprob : batch.logprobs) {
@@ -92,13 +99,21 @@ class GenerateReactor final : public grpc::ServerWriteReactor<GenerateResponse>,
   }
 
   void OnCancel() override {
-    // The client cancelled or its deadline passed: free the row at the next step boundary
-    // and end the call now (the stream drops whatever the engine pushes later).
+    // The client cancelled or its deadline passed: end the call now (the stream drops
+    // whatever the engine pushes later; this end is the one counted) and free the row at
+    // the next step boundary.
     if (stream_ == nullptr) return;  // refused before it reached the engine
-    engine_.Cancel(stream_->request_id());
     StreamBatch cancelled;
-    cancelled.error = absl::CancelledError("the request was cancelled by the client");
+    // The client's own deadline timer cancels the call too, and its cancellation can
+    // arrive a little before this server's copy of the deadline (which started when the
+    // call arrived): one that close to the deadline is the deadline.
+    if (context_->deadline() <= std::chrono::system_clock::now() + kDeadlineSlack) {
+      cancelled.error = absl::DeadlineExceededError("the request's deadline passed");
+    } else {
+      cancelled.error = absl::CancelledError("the request was cancelled by the client");
+    }
     stream_->Push(std::move(cancelled));
+    engine_.Cancel(stream_->request_id());
   }
 
   void OnDone() override {
@@ -109,9 +124,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<GenerateResponse>,
  private:
   EngineLoop& engine_;
   const tokenizer::Tokenizer& tokenizer_;
+  grpc::CallbackServerContext* const context_;
   std::shared_ptr<RequestStream> stream_;
   GenerateResponse response_;
-  bool finished_ = false;  // guarded by the stream's lock once attached
+  bool sent_request_id_ = false;  // guarded like finished_
+  bool finished_ = false;         // guarded by the stream's lock once attached
 };
 
 // The request as plain values, its prompt tokenized.
@@ -155,13 +172,14 @@ absl::StatusOr<GenerationInput> ToInput(const GenerateRequest& request,
 }  // namespace
 
 grpc::ServerWriteReactor<GenerateResponse>* GenerationService::Generate(
-    grpc::CallbackServerContext* /*context*/, const GenerateRequest* request) {
-  auto* reactor = new GenerateReactor(engine_, tokenizer_);  // NOLINT: deleted in OnDone
+    grpc::CallbackServerContext* context, const GenerateRequest* request) {
+  auto* reactor = new GenerateReactor(engine_, tokenizer_, context);  // NOLINT: deleted in OnDone
   auto refuse = [&](const absl::Status& status) {
-    if (metrics_ != nullptr) metrics_->RequestsFailed(status.code()).Increment();
+    engine_.CountRefused(status);
     reactor->Refuse(status);
     return reactor;
   };
+  if (const absl::Status failure = engine_.failure(); !failure.ok()) return refuse(failure);
   if (engine_.draining()) {
     return refuse(absl::UnavailableError(
         "the server is shutting down and takes no new requests; retry on another replica"));
@@ -174,13 +192,8 @@ grpc::ServerWriteReactor<GenerateResponse>* GenerationService::Generate(
                                                         : request->request_id();
   auto stream = std::make_shared<RequestStream>(id, std::move(client_id));
   reactor->Attach(stream);
-  const absl::Status submitted = engine_.Submit(stream, std::move(input).value());
-  if (!submitted.ok()) {
-    if (metrics_ != nullptr) metrics_->RequestsFailed(submitted.code()).Increment();
-    StreamBatch refusal;
-    refusal.error = submitted;
-    stream->Push(std::move(refusal));
-  }
+  // A refusal (draining, failed) ends the stream, which finishes the call.
+  engine_.Submit(std::move(stream), std::move(input).value()).IgnoreError();
   return reactor;
 }
 

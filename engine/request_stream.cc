@@ -12,12 +12,26 @@ void StreamBatch::Fold(StreamBatch next) {
   if (!next.error.ok()) error = std::move(next.error);
 }
 
-void RequestStream::Push(StreamBatch batch) {
+void RequestStream::ObserveEnd(EndObserver observer) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (ended_) return;
+  end_observer_ = std::move(observer);
+}
+
+bool RequestStream::Push(StreamBatch batch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ended_) return false;
   ended_ = batch.ends();
+  if (ended_ && end_observer_) {
+    // Before the end is delivered: a client that has seen its call end sees it counted.
+    StreamOutcome outcome;
+    outcome.code = batch.error.code();
+    if (batch.error.ok() && batch.final.has_value()) outcome.reason = batch.final->reason;
+    end_observer_(outcome);
+    end_observer_ = nullptr;
+  }
   pending_.push_back(std::move(batch));
   MaybeDeliverLocked();
+  return ended_;
 }
 
 void RequestStream::MarkAdmitted() {

@@ -3,12 +3,15 @@
 // the reactor keeps at most one write in flight and, when it finishes, takes everything
 // that piled up meanwhile as one batch. Invariant: the listener is reached only under the
 // stream's mutex, and Detach (the call is over) clears it under that mutex, so the engine
-// never touches a call that gRPC has already destroyed. Free of gRPC types on purpose.
+// never touches a call that gRPC has already destroyed. A stream ends exactly once (the
+// first ending event wins, whoever pushes it), which is where its outcome is counted.
+// Free of gRPC types on purpose.
 #ifndef COIL_ENGINE_REQUEST_STREAM_H_
 #define COIL_ENGINE_REQUEST_STREAM_H_
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -19,7 +22,9 @@
 
 namespace coil {
 
-enum class StreamFinish { kNone, kLength, kStop, kEos, kCancelled };
+// How a generation finished without an error. A request the server cuts short (drain
+// timeout, a failed rank) or the client abandons ends with an error status instead.
+enum class StreamFinish { kNone, kLength, kStop, kEos };
 
 // The final facts of a generation, carried by the last event.
 struct StreamFinal {
@@ -53,8 +58,19 @@ struct StreamBatch {
   void Fold(StreamBatch next);
 };
 
+// How a stream ended: `reason` when it finished (code OK), otherwise the error's code.
+struct StreamOutcome {
+  StreamFinish reason = StreamFinish::kNone;
+  absl::StatusCode code = absl::StatusCode::kOk;
+};
+
 class RequestStream {
  public:
+  // Told how the stream ended, once, by the thread whose push ended it, under the
+  // stream's lock and before the end is delivered (so a client that has seen its call end
+  // sees it counted). Must not block or touch the stream.
+  using EndObserver = std::function<void(const StreamOutcome&)>;
+
   // The consumer side. Deliver runs under the stream's mutex and must not block (it
   // starts a write or finishes the call); the stream then waits for WriteDone before it
   // delivers again.
@@ -73,8 +89,13 @@ class RequestStream {
   uint64_t request_id() const { return request_id_; }
   const std::string& client_request_id() const { return client_request_id_; }
 
-  // Engine thread. Events after the one that ends the stream are dropped.
-  void Push(StreamBatch batch);
+  // Set before the first push that may end the stream (the engine does it on Submit).
+  void ObserveEnd(EndObserver observer);
+
+  // Any thread (the engine loop, the call's reactor on cancellation, a failure path).
+  // Events after the one that ends the stream are dropped; returns true when this push
+  // ended it.
+  bool Push(StreamBatch batch);
   // Engine thread: the scheduler accepted the request (a refusal is pushed as an error).
   void MarkAdmitted();
   // Consumer: connects the listener and delivers what is pending.
@@ -99,6 +120,7 @@ class RequestStream {
   bool write_in_flight_ = false;
   bool ended_ = false;
   bool admitted_ = false;
+  EndObserver end_observer_;
 };
 
 }  // namespace coil

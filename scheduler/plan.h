@@ -99,6 +99,9 @@ struct StepResult {
   // false when any rank failed the step; then tokens is empty and every request of the
   // plan fails with INTERNAL carrying `error`.
   bool ok = true;
+  // Set with !ok when the ranks could not even agree on the outcome (the plan broadcast or
+  // the step-status exchange failed): no later step can run on these ranks.
+  bool fatal = false;
   int32_t failed_rank = -1;
   std::string error;                 // e.g. "rank 2: ssm_scan: slot 9 out of range [0, 8)"
   std::vector<SampledToken> tokens;  // one per sampled sequence, in plan order

@@ -71,6 +71,7 @@ StepResult ModelRunner::Execute(const StepPlan& plan) {
   if (!combined.ok()) {
     result.ok = false;
     result.failed_rank = failures.ok() && !failures->empty() ? failures->front().rank : -1;
+    result.fatal = !failures.ok();
     result.error = std::string(combined.message());
     result.tokens.clear();
   }

@@ -34,6 +34,7 @@ StepResult ExecuteDecodedPlan(ModelRunner& runner, comm::Communicator& comm,
   const absl::Status combined =
       failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
   result.failed_rank = failures.ok() && !failures->empty() ? failures->front().rank : comm.rank();
+  result.fatal = !failures.ok();
   result.error = std::string(combined.message());
   return result;
 }
@@ -47,6 +48,7 @@ StepResult StepDriver::Run(const StepPlan& plan) {
       StepResult result;
       result.step_id = plan.step_id;
       result.ok = false;
+      result.fatal = true;
       result.failed_rank = 0;
       result.error = absl::StrCat("broadcasting step ", plan.step_id, ": ", sent.message());
       return result;

@@ -36,8 +36,6 @@ const char* FinishReasonLabel(FinishReason reason) {
       return "stop";
     case FinishReason::kEos:
       return "eos";
-    case FinishReason::kCancelled:
-      return "cancelled";
   }
   return "unknown";
 }
@@ -87,7 +85,8 @@ absl::Status CoilMetrics::Register() {
   COIL_ASSIGN_OR_RETURN(
       CounterFamily * failed,
       r.AddCounter("coil_requests_failed_total",
-                   "Requests that ended with an error, by gRPC status code.", {"code"}));
+                   "Requests that ended with an error (refused, cancelled by the client, past "
+                   "their deadline, cut short by the server), by gRPC status code.", {"code"}));
   for (int i = 1; i < kNumStatusCodes; ++i) {
     COIL_ASSIGN_OR_RETURN(
         requests_failed_[i],

@@ -15,12 +15,14 @@
 
 namespace coil::metrics {
 
-// How a request ended without an error. Mirrors coil.v1.FinishReason (less UNSPECIFIED),
-// kept here so that the metrics library needs no Protobuf.
-enum class FinishReason { kLength = 0, kStop = 1, kEos = 2, kCancelled = 3 };
-inline constexpr int kNumFinishReasons = 4;
+// How a request ended without an error. Mirrors the finish reasons coil.v1.FinishReason
+// sends, kept here so that the metrics library needs no Protobuf. A request that ends any
+// other way (refused, cancelled by its client, past its deadline, cut short by the server)
+// ends with an error code and is counted by that code.
+enum class FinishReason { kLength = 0, kStop = 1, kEos = 2 };
+inline constexpr int kNumFinishReasons = 3;
 
-// The `reason` label value: "length", "stop", "eos" or "cancelled".
+// The `reason` label value: "length", "stop" or "eos".
 const char* FinishReasonLabel(FinishReason reason);
 
 // Bucket upper bounds (seconds) of the latency histograms.
@@ -47,7 +49,10 @@ class CoilMetrics {
     return *requests_finished_[static_cast<int>(reason)];
   }
   // coil_requests_failed_total{code}: requests that ended with an error, by status code
-  // name ("INVALID_ARGUMENT", ...). An unknown code counts as UNKNOWN.
+  // name ("INVALID_ARGUMENT", ...): CANCELLED when the client cancelled, DEADLINE_EXCEEDED
+  // when its deadline passed, UNAVAILABLE when the server drained or lost a rank. An
+  // unknown code counts as UNKNOWN. Every request is counted exactly once, in one of the
+  // two families, so their sum is the number of requests received.
   Counter& RequestsFailed(absl::StatusCode code);
 
   Gauge& requests_waiting() { return *requests_waiting_; }    // coil_requests_waiting

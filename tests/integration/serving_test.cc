@@ -10,6 +10,7 @@
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -237,6 +238,109 @@ TEST(ServingTest, MetricsCountARequest) {
   EXPECT_EQ(MetricValue(*after, "coil_state_rows_free"), 8.0);
 }
 
+// The request counters by outcome: "OK" (finished, every reason) and each error code, read
+// from coil_requests_finished_total and coil_requests_failed_total.
+std::map<std::string, double> OutcomeCounts(const std::string& page) {
+  std::map<std::string, double> counts;
+  for (size_t at = 0; at < page.size();) {
+    size_t end = page.find('\n', at);
+    if (end == std::string::npos) end = page.size();
+    const std::string line = page.substr(at, end - at);
+    at = end + 1;
+    const bool finished = line.rfind("coil_requests_finished_total{", 0) == 0;
+    const bool failed = line.rfind("coil_requests_failed_total{code=\"", 0) == 0;
+    if (!finished && !failed) continue;
+    const size_t close = line.find("} ");
+    if (close == std::string::npos) continue;
+    const double value = std::stod(line.substr(close + 2));
+    if (finished) {
+      counts["OK"] += value;
+    } else {
+      const size_t begin = std::string("coil_requests_failed_total{code=\"").size();
+      counts[line.substr(begin, close - 1 - begin)] += value;
+    }
+  }
+  return counts;
+}
+
+std::string StatusCodeName(absl::StatusCode code) {
+  return code == absl::StatusCode::kOk ? "OK" : absl::StatusCodeToString(code);
+}
+
+// A storm of 200 concurrent requests with every kind of ending (finished, refused as
+// invalid, refused because the queue is full, cancelled by the client mid-stream, past
+// their deadline): the counters move by exactly what the clients saw, code by code, and
+// their sum is the number of requests sent (each counted once).
+void ExpectStormCountedOnce(ServerProcess& server) {
+  ASSERT_GT(server.metrics_port(), 0);
+  Client& client = server.client();
+  ExpectAllRowsFree(client);
+  auto before_page = server.FetchMetrics();
+  ASSERT_TRUE(before_page.ok()) << before_page.status();
+  const std::map<std::string, double> before = OutcomeCounts(*before_page);
+  constexpr int kRequests = 200;
+  std::vector<absl::StatusCode> codes(kRequests);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      coil::v1::GenerateRequest request = IdsRequest(PromptFor(i), 6 + i % 5);
+      CallOptions options;
+      bool cancel_after_first = false;
+      switch (i % 6) {
+        case 0:  // refused by validation
+          request.mutable_token_ids()->add_ids(100000);
+          break;
+        case 1:  // cancelled by the client once it streams
+          request.mutable_sampling()->set_max_tokens(kMaxModelLen - 8);
+          cancel_after_first = true;
+          break;
+        case 2:  // its deadline passes mid-stream (or while it waits for a row)
+          request.mutable_sampling()->set_max_tokens(kMaxModelLen - 8);
+          options.timeout = std::chrono::milliseconds(300);
+          break;
+        default:  // finishes (or is refused RESOURCE_EXHAUSTED when the queue is full)
+          break;
+      }
+      auto generation = client.Generate(
+          request, [&](const auto&) { return !cancel_after_first; }, options);
+      codes[i] = generation.status().code();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  std::map<std::string, double> seen;
+  for (absl::StatusCode code : codes) seen[StatusCodeName(code)] += 1;
+  // Each request is counted when its stream ends, which for a cancel can follow the
+  // client's return by a moment: wait until every request is counted.
+  std::map<std::string, double> moved;
+  double total = 0;
+  for (int attempt = 0; attempt < 500 && total < kRequests; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto page = server.FetchMetrics();
+    ASSERT_TRUE(page.ok()) << page.status();
+    moved.clear();
+    total = 0;
+    for (const auto& [outcome, value] : OutcomeCounts(*page)) {
+      const double delta = value - (before.count(outcome) ? before.at(outcome) : 0.0);
+      if (delta != 0) moved[outcome] = delta;
+      total += delta;
+    }
+  }
+  EXPECT_EQ(total, kRequests);
+  EXPECT_EQ(moved, seen);
+  EXPECT_GT(seen["INVALID_ARGUMENT"], 0);
+  EXPECT_GT(seen["CANCELLED"], 0);
+  EXPECT_GT(seen["DEADLINE_EXCEEDED"], 0);
+  ExpectAllRowsFree(client);
+}
+
+TEST(ServingTest, RequestCountersAddUpInAStormTp1) {
+  ExpectStormCountedOnce(ServingEnvironment::Get()->Tp(1));
+}
+
+TEST(ServingTest, RequestCountersAddUpInAStormTp2) {
+  ExpectStormCountedOnce(ServingEnvironment::Get()->Tp(2));
+}
+
 TEST(ServingTest, StopStringEndsGenerationAndNeverLeaks) {
   Client& client = Tp1();
   // A reference run without stops, then the same request stopping at a piece of its text.
@@ -290,8 +394,12 @@ TEST(ServingTest, FiftyConcurrentClientsGetTheirOwnStreams) {
     threads.emplace_back([&, i] {
       coil::v1::GenerateRequest request = IdsRequest(PromptFor(i), 10, i % 2 ? 0.9f : 0.0f, 1000 + i);
       request.set_request_id(absl::StrCat("client-", i));
+      // The id comes once, in the first response.
+      bool first = true;
       auto generation = client.Generate(request, [&](const auto& response) {
-        if (response.request_id() != absl::StrCat("client-", i)) ids[i] = response.request_id();
+        const std::string expected = first ? absl::StrCat("client-", i) : "";
+        if (response.request_id() != expected) ids[i] = response.request_id();
+        first = false;
         return true;
       });
       statuses[i] = generation.status();
@@ -301,7 +409,7 @@ TEST(ServingTest, FiftyConcurrentClientsGetTheirOwnStreams) {
   for (std::thread& thread : threads) thread.join();
   for (int i = 0; i < kClients; ++i) {
     ASSERT_TRUE(statuses[i].ok()) << "client " << i << ": " << statuses[i];
-    EXPECT_TRUE(ids[i].empty()) << "client " << i << " received " << ids[i] << "'s response";
+    EXPECT_TRUE(ids[i].empty()) << "client " << i << " received a response with id " << ids[i];
     EXPECT_EQ(together[i], alone[i]) << "client " << i;
   }
   ExpectAllRowsFree(client);
@@ -532,9 +640,10 @@ void ExpectDrain(ServerOptions options, int32_t num_tokens) {
   EXPECT_EQ(*code, 0) << (*server)->LogTail();
 }
 
-// A request still running when --drain-timeout passes ends with FINISH_REASON_CANCELLED
-// (status OK, the tokens so far), and the server still exits 0.
-TEST(ServingTest, DrainTimeoutCancelsWhatIsLeft) {
+// A request still running when --drain-timeout passes ends with UNAVAILABLE (so that a
+// retry policy keyed on status codes retries it elsewhere) after the tokens so far, with a
+// message saying why; the server still exits 0.
+TEST(ServingTest, DrainTimeoutEndsWhatIsLeftUnavailable) {
   ServerOptions options;
   options.use_mpirun = false;
   options.flags = {"--state-rows", "1", "--max-model-len", std::to_string(kLongModelLen),
@@ -542,24 +651,22 @@ TEST(ServingTest, DrainTimeoutCancelsWhatIsLeft) {
   auto server = ServerProcess::Start(ServingEnvironment::Get()->model_dir(), options);
   ASSERT_TRUE(server.ok()) << server.status();
   absl::StatusOr<Generation> in_flight;
-  std::atomic<bool> started{false};
+  std::atomic<size_t> streamed{0};
   std::thread runner([&] {
     // Far more than one second of work at about 50 µs per token.
     in_flight = (*server)->client().Generate(IdsRequest({8, 9}, kLongModelLen - 2),
-                                             [&](const auto&) {
-                                               started = true;
+                                             [&](const auto& response) {
+                                               streamed += response.token_ids_size();
                                                return true;
                                              });
   });
-  while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  while (streamed.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   (*server)->Signal(SIGTERM);
   runner.join();
-  ASSERT_TRUE(in_flight.ok()) << in_flight.status();
-  EXPECT_EQ(in_flight->final.finish_reason(), coil::v1::FINISH_REASON_CANCELLED);
-  EXPECT_GT(in_flight->token_ids.size(), 0u);
-  EXPECT_LT(in_flight->token_ids.size(), static_cast<size_t>(kLongModelLen - 2));
-  EXPECT_EQ(in_flight->final.usage().completion_tokens(),
-            static_cast<int32_t>(in_flight->token_ids.size()));
+  EXPECT_EQ(in_flight.status().code(), absl::StatusCode::kUnavailable) << in_flight.status();
+  EXPECT_THAT(std::string(in_flight.status().message()), HasSubstr("drain timeout"));
+  EXPECT_GT(streamed.load(), 0u);
+  EXPECT_LT(streamed.load(), static_cast<size_t>(kLongModelLen - 2));
   std::optional<int> code = (*server)->Wait(std::chrono::seconds(30));
   ASSERT_TRUE(code.has_value()) << "coil-serve did not exit after the drain timeout";
   EXPECT_EQ(*code, 0) << (*server)->LogTail();

@@ -3,6 +3,7 @@
 // the pushed pieces concatenated by hand.
 #include "engine/request_stream.h"
 
+#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -117,6 +118,46 @@ TEST(RequestStreamTest, ConcurrentProducerAndConsumerKeepOrder) {
   ASSERT_EQ(acker.ids.size(), static_cast<size_t>(kTokens));
   for (int i = 0; i < kTokens; ++i) ASSERT_EQ(acker.ids[i], i);
   EXPECT_TRUE(acker.ended);
+}
+
+// The end observer runs once, with the outcome of the push that ended the stream, however
+// many threads race to end it (the engine finishing a request while its client cancels):
+// the request counters rely on this to count every request exactly once.
+TEST(RequestStreamTest, EndIsObservedOnceByTheWinningPush) {
+  for (int round = 0; round < 200; ++round) {
+    RequestStream stream(1, "c");
+    std::atomic<int> calls{0};
+    StreamOutcome seen;
+    stream.ObserveEnd([&](const StreamOutcome& outcome) {
+      seen = outcome;
+      calls.fetch_add(1);
+    });
+    Recorder recorder;
+    stream.Attach(&recorder);
+    std::atomic<int> winners{0};
+    absl::StatusCode winning_code = absl::StatusCode::kOk;
+    std::thread finisher([&] {
+      StreamBatch last;
+      last.final = StreamFinal{};
+      last.final->reason = StreamFinish::kEos;
+      if (stream.Push(std::move(last))) winners.fetch_add(1);
+    });
+    StreamBatch cancelled;
+    cancelled.error = absl::CancelledError("gone");
+    if (stream.Push(std::move(cancelled))) {
+      winners.fetch_add(1);
+      winning_code = absl::StatusCode::kCancelled;
+    }
+    finisher.join();
+    ASSERT_EQ(winners.load(), 1);
+    ASSERT_EQ(calls.load(), 1);
+    EXPECT_EQ(seen.code, winning_code);
+    if (winning_code == absl::StatusCode::kOk) {
+      EXPECT_EQ(seen.reason, StreamFinish::kEos);
+    }
+    EXPECT_FALSE(stream.Push(Piece("late", 1)));
+    EXPECT_EQ(calls.load(), 1);
+  }
 }
 
 }  // namespace

@@ -72,10 +72,10 @@ TEST(CoilMetricsTest, LabelledSeriesExistAtZeroAndCountUpdates) {
   auto families = ParseExposition(m.registry().Render());
   ASSERT_TRUE(families.ok()) << families.status();
   const ParsedFamily& finished = *FindFamily(*families, "coil_requests_finished_total");
-  EXPECT_EQ(finished.samples.size(), 4u);  // length, stop, eos, cancelled
+  EXPECT_EQ(finished.samples.size(), 3u);  // length, stop, eos
   EXPECT_EQ(SampleValue(finished, finished.name, {{"reason", "eos"}}), 2);
   EXPECT_EQ(SampleValue(finished, finished.name, {{"reason", "stop"}}), 0);
-  EXPECT_EQ(SampleValue(finished, finished.name, {{"reason", "cancelled"}}), 0);
+  EXPECT_EQ(SampleValue(finished, finished.name, {{"reason", "length"}}), 0);
   const ParsedFamily& failed = *FindFamily(*families, "coil_requests_failed_total");
   EXPECT_EQ(failed.samples.size(), 16u);  // every code but OK
   EXPECT_EQ(SampleValue(failed, failed.name, {{"code", "RESOURCE_EXHAUSTED"}}), 1);
