@@ -122,12 +122,14 @@ void EngineLoop::Fail(const absl::Status& status) {
   wake_.notify_one();
   COIL_LOG(ERROR) << "engine failed: " << failure.message() << "; ending " << streams.size()
                   << " requests";
+  // First the callback (health NOT_SERVING), so that a client whose stream has ended finds
+  // the server no longer serving.
+  if (callback) callback(failure);
   for (const std::shared_ptr<RequestStream>& stream : streams) {
     StreamBatch batch;
     batch.error = failure;
     stream->Push(std::move(batch));
   }
-  if (callback) callback(failure);
 }
 
 absl::Status EngineLoop::failure() const {

@@ -100,7 +100,7 @@ class EngineLoop {
   // OK until Fail.
   absl::Status failure() const;
   // Runs once, on the thread that called Fail (or the loop's, for a failed collective),
-  // after every stream has ended. Set before Start.
+  // just before the streams are ended (new requests are already refused). Set before Start.
   void OnFailure(std::function<void(const absl::Status&)> callback);
 
   EngineSnapshot Snapshot() const;

@@ -11,6 +11,11 @@
 // NOT_SERVING, new requests UNAVAILABLE, in-flight requests finish within --drain-timeout)
 // and then sends the shutdown plan; ranks > 0 ignore both signals and wait for that plan,
 // which is why the documented launch raises Open MPI's kill timeout above the drain timeout.
+//
+// A rank that dies, stops or hangs is noticed by the rank monitor (--rank-timeout,
+// --step-timeout): rank 0 turns health NOT_SERVING, ends every request UNAVAILABLE naming
+// the rank, refuses new ones, tells the other ranks to end, and every rank exits with
+// status 3 (kRankFailureExit), whatever Open MPI's own timeouts.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -23,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,11 +99,96 @@ ABSL_FLAG(int32_t, max_model_len, 4096, "most tokens of one request, prompt plus
 ABSL_FLAG(int32_t, max_queue, 1024, "most waiting requests; more are refused RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, drain_timeout, 30,
           "seconds in-flight requests may run after SIGTERM/SIGINT before they are cancelled");
+ABSL_FLAG(double, rank_timeout, 10,
+          "seconds a rank may stay silent (killed, crashed, stopped) before the job counts it "
+          "as lost: requests end UNAVAILABLE naming it and every rank exits with status 3 "
+          "(0: never). Heartbeats come from a thread of their own, so a long step does not "
+          "count as silence");
+ABSL_FLAG(double, step_timeout, 600,
+          "seconds one step may compute on a rank outside collectives before the rank counts "
+          "as hung (0: never); far above any real step (a 2048-token prefill of the 130m "
+          "shape takes about 1.3 s on 2 cores)");
 ABSL_FLAG(int32_t, metrics_port, 9400,
           "port of the Prometheus /metrics endpoint on --host (0: any free port; -1: off)");
 
 namespace coil {
 namespace {
+
+// The exit status of every rank of a job that lost a rank.
+constexpr int kRankFailureExit = 3;
+
+std::chrono::milliseconds FlagSeconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, seconds) * 1000.0));
+}
+
+// What a rank does with the first failure its monitor (or rank 0's engine) reports.
+// Ranks > 0 end at once: rank 0 has told, or will tell, the clients. Rank 0 before it
+// serves ends too, after telling the others; once serving, it hands the failure to the
+// engine (every request ends UNAVAILABLE naming the rank) and then ends on a thread of its
+// own, since the step thread may be stuck for good in a collective with the lost rank and
+// the main thread may be waiting for it.
+class FailureHandler {
+ public:
+  explicit FailureHandler(RankRuntime& runtime) : runtime_(runtime) {}
+
+  // Once serving (rank 0); null again when serving has ended normally.
+  void Serving(EngineLoop* engine, grpc::Server* server) {
+    std::lock_guard<std::mutex> lock(mu_);
+    engine_ = engine;
+    server_ = server;
+  }
+
+  // The monitor's thread, or the engine's for a failed collective.
+  void Fail(const absl::Status& status) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (failed_) return;
+    failed_ = true;
+    if (engine_ != nullptr) {
+      EngineLoop* engine = engine_;
+      lock.unlock();
+      engine->Fail(status);  // calls EndServing, then ends every stream
+      return;
+    }
+    lock.unlock();
+    Exit(status);
+  }
+
+  // The engine's failure callback: new requests are refused; the streams end next.
+  void EndServing(const absl::Status& status) {
+    grpc::Server* server = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failed_ = true;
+      server = server_;
+    }
+    if (server != nullptr) server->GetHealthCheckService()->SetServingStatus(false);
+    std::thread([this, status] {
+      runtime_.EndJob(status, std::chrono::seconds(1));
+      runtime_.AbortCollectives();
+      // The final statuses already queued get a moment to leave, while new calls are
+      // refused UNAVAILABLE by the failed engine (gRPC's own shutdown would cancel them).
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      std::fprintf(stderr, "coil-serve: %s; exiting with status %d\n",
+                   std::string(status.message()).c_str(), kRankFailureExit);
+      std::_Exit(kRankFailureExit);
+    }).detach();
+  }
+
+ private:
+  void Exit(const absl::Status& status) {
+    if (runtime_.rank() == 0) runtime_.EndJob(status, std::chrono::seconds(1));
+    runtime_.AbortCollectives();
+    std::fprintf(stderr, "coil-serve rank %d: %s; exiting with status %d\n", runtime_.rank(),
+                 std::string(status.message()).c_str(), kRankFailureExit);
+    std::_Exit(kRankFailureExit);
+  }
+
+  RankRuntime& runtime_;
+  std::mutex mu_;
+  bool failed_ = false;
+  EngineLoop* engine_ = nullptr;
+  grpc::Server* server_ = nullptr;
+};
 
 // "2GiB", "512MiB", "1.5G", "1000000": bytes.
 absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
@@ -282,7 +373,7 @@ coil::v1::ModelInfo StaticInfo(const std::string& model_dir, const model::Mamba2
 
 // Rank 0 after loading: serve until SIGTERM/SIGINT, then drain and end the workers.
 int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenizer& tok,
-          const sigset_t& stop_signals) {
+          const sigset_t& stop_signals, FailureHandler& failures) {
   const model::Mamba2Model& model = runtime.model();
   RuntimeExecutor executor(runtime);
   SchedulerConfig config = plan.scheduler;
@@ -316,6 +407,7 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
                    << "/metrics";
   }
   EngineLoop engine(std::move(scheduler).value(), tok, executor, served_metrics->get());
+  engine.OnFailure([&failures](const absl::Status& status) { failures.EndServing(status); });
   engine.Start();
 
   ServingLimits limits;
@@ -384,8 +476,12 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
     if (http_server != nullptr) http_server->Stop();
     return 1;
   }
-  // Ready: the engine runs and the port is open.
+  // Ready: the engine runs and the port is open. Health answers for the server as a whole
+  // ("") and for the service by name; a failure or the drain turns both NOT_SERVING.
+  server->GetHealthCheckService()->SetServingStatus(coil::v1::Generation::service_full_name(),
+                                                    true);
   server->GetHealthCheckService()->SetServingStatus(true);
+  failures.Serving(&engine, server.get());
   COIL_LOG(INFO) << "serving " << model_dir << " on " << absl::GetFlag(FLAGS_host) << ":" << port
                  << " (TP " << runtime.size() << ", " << config.state_rows << " state rows)";
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
@@ -407,6 +503,7 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
   server->GetHealthCheckService()->SetServingStatus(false);
   engine.BeginDrain(std::chrono::seconds(drain_seconds));
   const absl::Status workers = engine.Join();
+  failures.Serving(nullptr, nullptr);
   // Every HTTP handler has its final output now; closing the listener lets them finish.
   if (http_server != nullptr) http_server->Stop();
   // Every stream has its final message queued; give the writes a moment, then close.
@@ -441,6 +538,14 @@ int Main(int argc, char** argv) {
   }
   RankRuntime& runtime = **connected;
   const int rank = runtime.rank();
+  // From here on a lost rank is noticed (start-up included: loading may take minutes).
+  FailureHandler failures(runtime);
+  if (!Ready(runtime.StartMonitor(FlagSeconds(absl::GetFlag(FLAGS_rank_timeout)),
+                                  FlagSeconds(absl::GetFlag(FLAGS_step_timeout)),
+                                  [&failures](const absl::Status& status) { failures.Fail(status); }),
+             "rank monitor", rank)) {
+    return 1;
+  }
   if (rank != 0) {
     // mpirun hands every rank the signal; only rank 0 decides when the workers stop.
     std::signal(SIGTERM, SIG_IGN);
@@ -511,11 +616,13 @@ int Main(int argc, char** argv) {
     const absl::Status done = runtime.ServePlans();
     if (!done.ok()) {
       std::fprintf(stderr, "coil-serve rank %d: %s\n", rank, done.ToString().c_str());
+      // Rank 0 learns of it at once (not after --rank-timeout) and names this rank.
+      runtime.ReportFailure(done, std::chrono::seconds(1));
       return 1;
     }
     return 0;
   }
-  return Serve(*plan, runtime, *tok, stop_signals);
+  return Serve(*plan, runtime, *tok, stop_signals, failures);
 }
 
 }  // namespace

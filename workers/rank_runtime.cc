@@ -13,6 +13,7 @@
 #if COIL_WITH_MPI
 #include "workers/comm/broadcast_channel.h"
 #include "workers/comm/mpi_session.h"
+#include "workers/comm/rank_monitor.h"
 #include "workers/worker_loop.h"
 #else
 #include "workers/comm/single_rank_communicator.h"
@@ -30,11 +31,19 @@ struct RankRuntime::Mpi {
   std::unique_ptr<comm::MpiSession> session;
   std::unique_ptr<comm::BroadcastChannel> channel;  // several ranks only
   std::unique_ptr<StepDriver> driver;               // rank 0, once the model is loaded
+  std::unique_ptr<comm::RankMonitor> monitor;       // once started
 #endif
 };
 
 RankRuntime::RankRuntime() : mpi_(std::make_unique<Mpi>()) {}
-RankRuntime::~RankRuntime() = default;
+
+RankRuntime::~RankRuntime() {
+#if COIL_WITH_MPI
+  // The monitor leaves (so the other ranks do not count this rank's end as a failure)
+  // before the communicators go and MPI is finalized.
+  mpi_->monitor.reset();
+#endif
+}
 
 absl::StatusOr<std::unique_ptr<RankRuntime>> RankRuntime::Connect(int* argc, char*** argv) {
   std::unique_ptr<RankRuntime> runtime(new RankRuntime());
@@ -46,6 +55,7 @@ absl::StatusOr<std::unique_ptr<RankRuntime>> RankRuntime::Connect(int* argc, cha
     options.kind = comm::CommunicatorKind::kMpi;
   }
   COIL_ASSIGN_OR_RETURN(runtime->comm_, comm::CreateCommunicator(options));
+  runtime->comm_->set_activity(&runtime->activity_);
   if (runtime->size() > 1) {
     SetLogPrefix(absl::StrCat("rank ", runtime->rank()));
     absl::StatusOr<std::unique_ptr<comm::BroadcastChannel>> channel =
@@ -62,6 +72,46 @@ absl::StatusOr<std::unique_ptr<RankRuntime>> RankRuntime::Connect(int* argc, cha
   runtime->comm_ = std::make_unique<comm::SingleRankCommunicator>();
 #endif
   return runtime;
+}
+
+absl::Status RankRuntime::StartMonitor(std::chrono::milliseconds rank_timeout,
+                                       std::chrono::milliseconds step_timeout,
+                                       std::function<void(const absl::Status&)> on_failure) {
+#if COIL_WITH_MPI
+  if (size() == 1 || mpi_->session == nullptr) return absl::OkStatus();
+  comm::RankMonitorOptions options;
+  options.rank_timeout = rank_timeout;
+  options.step_timeout = step_timeout;
+  absl::StatusOr<std::unique_ptr<comm::RankMonitor>> monitor =
+      comm::RankMonitor::Start(options, &activity_, std::move(on_failure));
+  COIL_RETURN_IF_ERROR(Agree(monitor.status()));
+  mpi_->monitor = std::move(monitor).value();
+#endif
+  return absl::OkStatus();
+}
+
+bool RankRuntime::monitored() const {
+#if COIL_WITH_MPI
+  return mpi_->monitor != nullptr;
+#else
+  return false;
+#endif
+}
+
+void RankRuntime::EndJob(const absl::Status& why, std::chrono::milliseconds timeout) {
+#if COIL_WITH_MPI
+  if (mpi_->monitor != nullptr) mpi_->monitor->EndJob(why, timeout);
+#endif
+}
+
+void RankRuntime::ReportFailure(const absl::Status& status, std::chrono::milliseconds timeout) {
+#if COIL_WITH_MPI
+  if (mpi_->monitor != nullptr) mpi_->monitor->ReportFailure(status, timeout);
+#endif
+}
+
+void RankRuntime::AbortCollectives() {
+  if (model_comm_ != nullptr) model_comm_->Abort();
 }
 
 absl::Status RankRuntime::Agree(const absl::Status& local) {
@@ -95,6 +145,7 @@ absl::Status RankRuntime::OpenDevice(BackendKind kind, BackendOptions options,
   }
   COIL_RETURN_IF_ERROR(Agree(nccl.status()));
   model_comm_ = std::move(nccl).value();
+  model_comm_->set_activity(&activity_);
   return absl::OkStatus();
 #else
   return Agree(absl::UnimplementedError("several GPU ranks need a build with CUDA and NCCL"));
@@ -113,7 +164,7 @@ absl::Status RankRuntime::LoadModel(const std::string& model_dir, const model::L
   }()));
 #if COIL_WITH_MPI
   if (rank() == 0) {
-    mpi_->driver = std::make_unique<StepDriver>(*runner_, *comm_, mpi_->channel.get());
+    mpi_->driver = std::make_unique<StepDriver>(*runner_, *comm_, mpi_->channel.get(), &activity_);
   }
 #endif
   return absl::OkStatus();
@@ -143,7 +194,7 @@ absl::Status RankRuntime::Shutdown() {
 absl::Status RankRuntime::ServePlans() {
 #if COIL_WITH_MPI
   if (rank() != 0 && mpi_->channel != nullptr && runner_ != nullptr) {
-    return RunWorkerLoop(*runner_, *comm_, *mpi_->channel);
+    return RunWorkerLoop(*runner_, *comm_, *mpi_->channel, &activity_);
   }
 #endif
   return absl::FailedPreconditionError(

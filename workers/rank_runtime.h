@@ -11,6 +11,7 @@
 #ifndef COIL_WORKERS_RANK_RUNTIME_H_
 #define COIL_WORKERS_RANK_RUNTIME_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -23,6 +24,7 @@
 #include "kernels/backend_factory.h"
 #include "scheduler/plan.h"
 #include "workers/comm/communicator.h"
+#include "workers/comm/step_activity.h"
 #include "workers/model/checkpoint.h"
 #include "workers/model/mamba2_model.h"
 #include "workers/model_runner.h"
@@ -43,6 +45,23 @@ class RankRuntime {
   int size() const { return comm_->size(); }
   // Host memory: the step-status exchange, the sampler's merges, NCCL's bootstrap.
   comm::Communicator& comm() { return *comm_; }
+
+  // After Connect, collective, several ranks only (one has nobody to watch): starts the
+  // rank monitor (workers/comm/rank_monitor.h), which from then on watches the other ranks
+  // and this rank's steps and hands the first failure it learns of to `on_failure`, once,
+  // on its own thread. A build without MPI has none to start.
+  absl::Status StartMonitor(std::chrono::milliseconds rank_timeout,
+                            std::chrono::milliseconds step_timeout,
+                            std::function<void(const absl::Status&)> on_failure);
+  bool monitored() const;
+  // Rank 0, after a failure: tells the other ranks to end now (waits up to `timeout` for
+  // the message to leave). Ranks > 0: tells rank 0 that this rank failed. Any thread but the
+  // monitor's callback; nothing without a monitor.
+  void EndJob(const absl::Status& why, std::chrono::milliseconds timeout);
+  void ReportFailure(const absl::Status& status, std::chrono::milliseconds timeout);
+  // Any thread, after a failure: makes the model's collectives stop waiting where the
+  // communicator can (NCCL's abort).
+  void AbortCollectives();
 
   // Collective: OK on every rank when `local` is OK on every rank, else, on every rank, the
   // first failure's code with a message naming each failed rank.
@@ -84,6 +103,8 @@ class RankRuntime {
   // defined where they are.
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
+  // What this rank's step thread is doing, for the monitor; every communicator reports to it.
+  comm::StepActivity activity_;
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<comm::Communicator> model_comm_;  // NCCL between GPU ranks, else null

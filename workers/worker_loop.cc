@@ -22,6 +22,22 @@ std::string Message(char kind, const std::string& bytes) {
   return message;
 }
 
+// Marks a step on `activity` for its scope (null: nothing).
+class ScopedStep {
+ public:
+  ScopedStep(comm::StepActivity* activity, uint64_t step_id) : activity_(activity) {
+    if (activity_ != nullptr) activity_->BeginStep(step_id);
+  }
+  ~ScopedStep() {
+    if (activity_ != nullptr) activity_->EndStep();
+  }
+  ScopedStep(const ScopedStep&) = delete;
+  ScopedStep& operator=(const ScopedStep&) = delete;
+
+ private:
+  comm::StepActivity* activity_;
+};
+
 }  // namespace
 
 StepResult ExecuteDecodedPlan(ModelRunner& runner, comm::Communicator& comm,
@@ -54,6 +70,7 @@ StepResult StepDriver::Run(const StepPlan& plan) {
       return result;
     }
   }
+  ScopedStep step(activity_, plan.step_id);
   return ExecuteDecodedPlan(runner_, comm_, DecodeStepPlan(bytes));
 }
 
@@ -61,6 +78,7 @@ absl::StatusOr<std::vector<float>> StepDriver::RunAllLogits(const StepPlan& plan
   const std::string bytes = EncodeStepPlan(plan);
   if (channel_ != nullptr) COIL_RETURN_IF_ERROR(channel_->Send(Message(kLogitsPlan, bytes)));
   COIL_ASSIGN_OR_RETURN(StepPlan decoded, DecodeStepPlan(bytes));
+  ScopedStep step(activity_, plan.step_id);
   return runner_.ExecuteAllLogits(decoded);
 }
 
@@ -73,7 +91,7 @@ absl::Status StepDriver::Shutdown() {
 }
 
 absl::Status RunWorkerLoop(ModelRunner& runner, comm::Communicator& comm,
-                           comm::BroadcastChannel& channel) {
+                           comm::BroadcastChannel& channel, comm::StepActivity* activity) {
   while (true) {
     COIL_ASSIGN_OR_RETURN(std::string message, channel.Receive());
     if (message.empty()) {
@@ -83,11 +101,13 @@ absl::Status RunWorkerLoop(ModelRunner& runner, comm::Communicator& comm,
     if (message[0] == kLogitsPlan) {
       auto plan = DecodeStepPlan(bytes);
       COIL_RETURN_IF_ERROR(plan.status());
+      ScopedStep step(activity, plan->step_id);
       COIL_RETURN_IF_ERROR(runner.ExecuteAllLogits(*plan).status());
       continue;
     }
     const absl::StatusOr<StepPlan> plan = DecodeStepPlan(bytes);
     if (plan.ok() && plan->shutdown) return absl::OkStatus();
+    ScopedStep step(activity, plan.ok() ? plan->step_id : 0);
     const StepResult result = ExecuteDecodedPlan(runner, comm, plan);
     if (!result.ok) {
       COIL_LOG(WARNING) << "step " << result.step_id << " failed: " << result.error;

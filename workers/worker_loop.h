@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "scheduler/plan.h"
 #include "workers/comm/broadcast_channel.h"
+#include "workers/comm/step_activity.h"
 #include "workers/model_runner.h"
 
 namespace coil {
@@ -23,9 +24,11 @@ StepResult ExecuteDecodedPlan(ModelRunner& runner, comm::Communicator& comm,
 
 class StepDriver {
  public:
-  // `channel` is null for a single rank. Both must outlive the driver.
-  StepDriver(ModelRunner& runner, comm::Communicator& comm, comm::BroadcastChannel* channel)
-      : runner_(runner), comm_(comm), channel_(channel) {}
+  // `channel` is null for a single rank; `activity` (null: none) is told when each step
+  // runs, for the rank monitor. All must outlive the driver.
+  StepDriver(ModelRunner& runner, comm::Communicator& comm, comm::BroadcastChannel* channel,
+             comm::StepActivity* activity = nullptr)
+      : runner_(runner), comm_(comm), channel_(channel), activity_(activity) {}
 
   // Broadcasts and executes `plan`. A broadcast failure is returned as a failed step.
   StepResult Run(const StepPlan& plan);
@@ -38,12 +41,15 @@ class StepDriver {
   ModelRunner& runner_;
   comm::Communicator& comm_;
   comm::BroadcastChannel* channel_;
+  comm::StepActivity* activity_;
   uint64_t last_step_id_ = 0;
 };
 
-// Ranks > 0: execute every plan rank 0 broadcasts until the shutdown plan.
+// Ranks > 0: execute every plan rank 0 broadcasts until the shutdown plan; `activity`
+// (null: none) is told when each step runs.
 absl::Status RunWorkerLoop(ModelRunner& runner, comm::Communicator& comm,
-                           comm::BroadcastChannel& channel);
+                           comm::BroadcastChannel& channel,
+                           comm::StepActivity* activity = nullptr);
 
 }  // namespace coil
 

@@ -553,6 +553,11 @@ void OpenAiServer::Route() {
       });
 
   http.Get("/health", [this](const httplib::Request&, httplib::Response& response) {
+    if (!engine_.failure().ok()) {
+      response.status = 503;
+      response.set_content("{\"status\": \"failed\"}", "application/json");
+      return;
+    }
     if (engine_.draining()) {
       response.status = 503;
       response.set_content("{\"status\": \"draining\"}", "application/json");
@@ -577,6 +582,10 @@ void OpenAiServer::Route() {
           metrics_->RequestsFailed(CodeOfHttpStatus(error.status)).Increment();
         WriteError(response, error);
       };
+      if (const absl::Status failure = engine_.failure(); !failure.ok()) {
+        refuse(FromStatus(failure, ""));
+        return;
+      }
       if (engine_.draining()) {
         ApiError error;
         error.status = 503;
@@ -604,9 +613,7 @@ void OpenAiServer::Route() {
       auto exchange = std::make_shared<Exchange>(engine_, context_, std::move(parsed_request), id,
                                                  UnixSeconds());
       if (auto error = exchange->Submit()) {
-        exchange->Close();
-        if (metrics_ != nullptr)
-          metrics_->RequestsFailed(CodeOfHttpStatus(error->status)).Increment();
+        exchange->Close();  // the engine counted its refusal
         WriteError(response, *error);
         return;
       }

@@ -94,10 +94,11 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::s
   server->dir_ = std::make_unique<TempDir>();
   server->log_path_ = server->dir_->path() + "/server.log";
   const std::string port_file = server->dir_->path() + "/port";
-  std::vector<std::string> argv;
+  std::vector<std::string> argv = options.prefix;
   if (options.use_mpirun) {
-    argv = {COIL_MPIEXEC_PATH, "-np", std::to_string(options.ranks), "--oversubscribe",
-            "--allow-run-as-root", "--mca", "odls_base_sigkill_timeout", "40"};
+    argv.insert(argv.end(), {COIL_MPIEXEC_PATH, "-np", std::to_string(options.ranks),
+                             "--oversubscribe", "--allow-run-as-root", "--mca",
+                             "odls_base_sigkill_timeout", std::to_string(options.mpi_kill_timeout)});
   }
   argv.insert(argv.end(), {COIL_SERVE_PATH, "--model", model_dir, "--host", "127.0.0.1", "--port",
                            "0", "--metrics-port", "0", "--port_file", port_file, "--threads", "1"});
@@ -137,21 +138,19 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::s
   return server;
 }
 
-ServerProcess::~ServerProcess() {
-  client_.reset();
-  if (pid_ <= 0 || reaped_) return;
-  Signal(SIGTERM);
-  if (!WaitPid(pid_, std::chrono::seconds(30)).has_value()) {
-    kill(pid_, SIGKILL);
-    WaitPid(pid_, std::chrono::seconds(10));
-  }
-}
-
 namespace {
 
-// The child of `parent` whose environment says OMPI_COMM_WORLD_RANK=0.
-std::optional<pid_t> RankZeroChild(pid_t parent) {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+struct Child {
+  pid_t pid = 0;
+  int rank = -1;  // OMPI_COMM_WORLD_RANK, -1 when not an MPI rank
+  bool zombie = false;
+};
+
+// The children of `parent` (the processes mpirun started), with their MPI rank.
+std::vector<Child> ChildrenOf(pid_t parent) {
+  std::vector<Child> children;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
     const std::string name = entry.path().filename();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream stat_file(entry.path() / "stat");
@@ -165,19 +164,64 @@ std::optional<pid_t> RankZeroChild(pid_t parent) {
     pid_t ppid = 0;
     fields >> state >> ppid;
     if (ppid != parent) continue;
+    Child child;
+    child.pid = static_cast<pid_t>(std::stol(name));
+    child.zombie = state == "Z" || state == "X";
     const std::string environment = ReadFile((entry.path() / "environ").string());
-    if (environment.find(std::string("OMPI_COMM_WORLD_RANK=0") + '\0') != std::string::npos) {
-      return static_cast<pid_t>(std::stol(name));
+    const std::string key = "OMPI_COMM_WORLD_RANK=";
+    const size_t at = environment.find(key);
+    if (at != std::string::npos && (at == 0 || environment[at - 1] == '\0')) {
+      child.rank = std::atoi(environment.c_str() + at + key.size());
     }
+    children.push_back(child);
   }
-  return std::nullopt;
+  return children;
 }
 
 }  // namespace
 
+ServerProcess::~ServerProcess() {
+  client_.reset();
+  if (pid_ <= 0 || reaped_) return;
+  Signal(SIGTERM);
+  if (!WaitPid(pid_, std::chrono::seconds(30 * TimeScale())).has_value()) Kill();
+}
+
+void ServerProcess::Kill() {
+  if (pid_ <= 0 || reaped_) return;
+  // Its ranks first (a stopped one continued), so that none outlives mpirun.
+  for (const Child& child : ChildrenOf(pid_)) {
+    kill(child.pid, SIGCONT);
+    kill(child.pid, SIGKILL);
+  }
+  kill(pid_, SIGKILL);
+  if (WaitPid(pid_, std::chrono::seconds(10)).has_value()) reaped_ = true;
+}
+
+std::optional<pid_t> ServerProcess::RankPid(int rank) const {
+  if (!under_mpirun_ || reaped_) return std::nullopt;
+  for (const Child& child : ChildrenOf(pid_)) {
+    if (child.rank == rank && !child.zombie) return child.pid;
+  }
+  return std::nullopt;
+}
+
+bool ServerProcess::AnyRankRuns() const {
+  if (reaped_) return false;
+  if (!under_mpirun_) return true;
+  for (const Child& child : ChildrenOf(pid_)) {
+    if (!child.zombie) return true;
+  }
+  return false;
+}
+
+void ServerProcess::SignalRank(int rank, int signal) {
+  if (std::optional<pid_t> pid = RankPid(rank)) kill(*pid, signal);
+}
+
 void ServerProcess::Signal(int signal) {
   if (under_mpirun_) {
-    if (std::optional<pid_t> rank0 = RankZeroChild(pid_)) {
+    if (std::optional<pid_t> rank0 = RankPid(0)) {
       kill(*rank0, signal);
       return;
     }

@@ -17,6 +17,16 @@
 
 namespace coil::testing {
 
+// How much slower this build runs than a plain Release build: waits and timeouts in the
+// tests are multiplied by it (AddressSanitizer builds run several times slower).
+constexpr int TimeScale() {
+#if defined(__SANITIZE_ADDRESS__)
+  return 10;
+#else
+  return 1;
+#endif
+}
+
 // Runs `argv` to completion; returns its exit code (or an error when it could not start).
 absl::StatusOr<int> RunProgram(const std::vector<std::string>& argv, const std::string& log_path);
 
@@ -34,7 +44,13 @@ class TempDir {
 struct ServerOptions {
   int ranks = 1;          // mpirun -np
   bool use_mpirun = true;  // false: coil-serve alone (one rank, no MPI)
+  // mpirun's odls_base_sigkill_timeout: how long mpirun waits between the signals of its
+  // own kill sequence (after a rank fails, or when it is signalled).
+  int mpi_kill_timeout = 40;
   std::vector<std::string> flags;  // coil-serve flags besides --model/--host/--port
+  // A program (and its arguments) to start everything under, e.g. prlimit for a lower
+  // descriptor limit.
+  std::vector<std::string> prefix;
 };
 
 class ServerProcess {
@@ -57,6 +73,14 @@ class ServerProcess {
   // kill sequence would deliver it only after odls_base_sigkill_timeout; the other ranks
   // end through rank 0's shutdown plan and mpirun then exits by itself).
   void Signal(int signal);
+  // Under mpirun: the pid of rank `rank` (nullopt once it has exited or not started), and
+  // whether any rank still runs (a rank that exited but is not yet reaped does not).
+  std::optional<pid_t> RankPid(int rank) const;
+  bool AnyRankRuns() const;
+  // Sends `signal` to rank `rank` itself.
+  void SignalRank(int rank, int signal);
+  // Ends mpirun (and any rank left) with SIGKILL at once, without its kill sequence.
+  void Kill();
   // Waits for the process to end; its exit code, or nullopt on timeout.
   std::optional<int> Wait(std::chrono::seconds timeout);
   // The end of its log, for failure messages.

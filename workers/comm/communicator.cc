@@ -22,6 +22,7 @@ absl::Status CheckBuffer(const void* data, size_t count, absl::string_view what)
 absl::Status Communicator::AllReduceSum(float* data, size_t count) {
   COIL_RETURN_IF_ERROR(CheckBuffer(data, count, "all-reduce"));
   if (count == 0) return absl::OkStatus();
+  ScopedCollective collective(activity_);
   return DoAllReduceSum(data, count);
 }
 
@@ -51,6 +52,7 @@ absl::Status Communicator::AllGatherBytes(const void* send, size_t bytes, void* 
         "all-gather send buffer overlaps the receive buffer; pass recv + rank * count "
         "(in place) or a separate buffer");
   }
+  ScopedCollective collective(activity_);
   return DoAllGatherBytes(send, bytes, recv);
 }
 
@@ -62,10 +64,14 @@ absl::Status Communicator::Broadcast(void* data, size_t bytes, int root) {
   }
   COIL_RETURN_IF_ERROR(CheckBuffer(data, bytes, "broadcast"));
   if (bytes == 0) return absl::OkStatus();
+  ScopedCollective collective(activity_);
   return DoBroadcast(data, bytes, root);
 }
 
-absl::Status Communicator::Barrier() { return DoBarrier(); }
+absl::Status Communicator::Barrier() {
+  ScopedCollective collective(activity_);
+  return DoBarrier();
+}
 
 absl::StatusOr<CommunicatorKind> ParseCommunicatorKind(absl::string_view text) {
   if (text == "single") return CommunicatorKind::kSingleRank;

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "workers/comm/step_activity.h"
 
 namespace coil::comm {
 
@@ -47,6 +48,17 @@ class Communicator {
   // Returns once every rank has entered it (NCCL: and its stream's earlier work is done).
   absl::Status Barrier();
 
+  // Every collective call above is marked on `activity` (null: none), so the rank monitor
+  // can tell a rank waiting for its peers from one computing. For NCCL a call only enqueues
+  // work: its wait shows up later as computing (a stream synchronization).
+  void set_activity(StepActivity* activity) { activity_ = activity; }
+
+  // Any thread, once the job has failed: makes a collective under way, and every later one,
+  // return instead of waiting for a rank that will never join; the communicator is unusable
+  // afterwards. Only NCCL can do it (ncclCommAbort); an MPI collective cannot be
+  // interrupted, and a process stuck in one is ended instead.
+  virtual void Abort() {}
+
  protected:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}
 
@@ -61,6 +73,7 @@ class Communicator {
 
   int rank_;
   int size_;
+  StepActivity* activity_ = nullptr;
 };
 
 enum class CommunicatorKind { kSingleRank, kMpi, kNccl };

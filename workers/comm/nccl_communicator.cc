@@ -13,6 +13,18 @@ void NcclCommunicator::NcclCommDeleter::operator()(ncclComm_t comm) const { nccl
 
 void NcclCommunicator::DeviceDeleter::operator()(float* data) const { cudaFree(data); }
 
+NcclCommunicator::~NcclCommunicator() {
+  // ncclCommAbort already freed an aborted communicator's resources.
+  if (aborted_.load()) (void)comm_.release();
+}
+
+void NcclCommunicator::Abort() {
+  if (aborted_.exchange(true)) return;
+  // NCCL documents ncclCommAbort as callable from another thread to unblock a hung
+  // collective; the kernels of this communicator then exit.
+  ncclCommAbort(comm_.get());
+}
+
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(Communicator& bootstrap,
                                                                            int device,
                                                                            cudaStream_t stream) {

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -38,6 +39,8 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(NcclCommPtr comm, int rank, int size, int device, cudaStream_t stream)
       : Communicator(rank, size), comm_(std::move(comm)), device_(device), stream_(stream) {}
 
+  ~NcclCommunicator() override;
+
   absl::string_view name() const override { return "nccl"; }
   MemorySpace memory_space() const override { return MemorySpace::kDevice; }
   int device() const { return device_; }
@@ -47,6 +50,8 @@ class NcclCommunicator final : public Communicator {
   // happens later (e.g. while a CUDA graph is being captured).
   absl::Status ReserveAllReduce(size_t count);
 
+  void Abort() override;
+
  private:
   absl::Status DoAllReduceSum(float* data, size_t count) override;
   absl::Status DoAllGatherBytes(const void* send, size_t bytes, void* recv) override;
@@ -54,6 +59,7 @@ class NcclCommunicator final : public Communicator {
   absl::Status DoBarrier() override;
 
   NcclCommPtr comm_;
+  std::atomic<bool> aborted_{false};  // then comm_ is aborted, not to be destroyed
   int device_;
   cudaStream_t stream_;
   DevicePtr scratch_;  // [size() × scratch_count_] gathered copies; [1] for Barrier
