@@ -219,8 +219,6 @@ const char* FinishReasonName(StreamFinish reason) {
     case StreamFinish::kStop:
     case StreamFinish::kEos:
       return "stop";
-    case StreamFinish::kCancelled:
-      return "abort";
     default:
       return nullptr;
   }

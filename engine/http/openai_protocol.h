@@ -77,8 +77,8 @@ std::variant<ParsedRequest, ApiError> ParseRequest(Endpoint endpoint, const std:
                                                    const ProtocolContext& context,
                                                    uint64_t (*seed_source)());
 
-// "length", "stop" (stop string, stop token or end of sequence) or "abort" (cancelled,
-// e.g. cut by the drain timeout; vLLM's word for it).
+// "length" or "stop" (stop string, stop token or end of sequence). A generation the server
+// cuts short ends with an error instead (UNAVAILABLE: service_unavailable).
 const char* FinishReasonName(StreamFinish reason);
 
 // The logprobs of some tokens in the endpoint's format. Completions:

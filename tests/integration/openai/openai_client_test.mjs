@@ -304,7 +304,7 @@ for (const ranks of [1, 2]) {
     });
 
     test("an aborted stream and a client that never reads free their rows", async () => {
-      const cancelledBefore = await metric(server, 'coil_requests_finished_total{reason="cancelled"}');
+      const cancelledBefore = await metric(server, 'coil_requests_failed_total{code="CANCELLED"}');
       const controller = new AbortController();
       const stream = await server.client.completions.create(
         { model: "tiny", prompt: "Go on", max_tokens: 7000, temperature: 0, ignore_eos: true, stream: true },
@@ -318,7 +318,7 @@ for (const ranks of [1, 2]) {
         }
       }
       await expectAllRowsFree(server);
-      assert.equal(await metric(server, 'coil_requests_finished_total{reason="cancelled"}'), cancelledBefore + 1);
+      assert.equal(await metric(server, 'coil_requests_failed_total{code="CANCELLED"}'), cancelledBefore + 1);
     });
   });
 }
@@ -337,7 +337,7 @@ describe("limits and drain", () => {
       await sleep(1000);
       assert.equal(await metric(server, "coil_requests_running"), 1);
       await expectAllRowsFree(server, 60_000);
-      assert.equal(await metric(server, 'coil_requests_finished_total{reason="cancelled"}'), 1);
+      assert.equal(await metric(server, 'coil_requests_failed_total{code="CANCELLED"}'), 1);
       assert.ok(await metric(server, "coil_generated_tokens_total") < 60000);
       socket.destroy();
     } finally {
@@ -358,10 +358,14 @@ describe("limits and drain", () => {
       const health = await fetch(`http://127.0.0.1:${server.http}/health`);
       assert.equal(health.status, 503);
       await expectApiError(server.client.completions.create({ model: "tiny", prompt: "x", max_tokens: 2 }), 503);
-      // Cut by the drain timeout: each stream ends with finish_reason "abort".
+      // Cut by the drain timeout: each stream ends with a service_unavailable error event
+      // (gRPC's UNAVAILABLE), so that a client may retry it elsewhere.
       for (const stream of [running, queued]) {
-        const chunks = await collect(stream);
-        assert.equal(chunks.at(-1).choices[0].finish_reason, "abort");
+        await assert.rejects(collect(stream), (error) => {
+          assert.equal(error.error?.type, "service_unavailable", error.message);
+          assert.match(error.message, /drain timeout/);
+          return true;
+        });
       }
     } finally {
       assert.equal(await server.stop(), 0, server.log());
