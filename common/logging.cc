@@ -55,6 +55,20 @@ LogSeverity MinLogSeverity() {
   return static_cast<LogSeverity>(Settings().min_severity.load(std::memory_order_relaxed));
 }
 
+bool LogRateLimiter::Allow(int64_t* suppressed) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (any_ && now - last_ < interval_) {
+    ++suppressed_;
+    return false;
+  }
+  any_ = true;
+  last_ = now;
+  *suppressed = suppressed_;
+  suppressed_ = 0;
+  return true;
+}
+
 void SetLogPrefix(std::string prefix) {
   std::lock_guard<std::mutex> lock(Settings().prefix_mutex);
   Settings().prefix = std::move(prefix);

@@ -5,6 +5,9 @@
 #ifndef COIL_COMMON_LOGGING_H_
 #define COIL_COMMON_LOGGING_H_
 
+#include <chrono>
+#include <cstdint>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -38,6 +41,24 @@ class LogMessage {
   const char* file_;
   int line_;
   std::ostringstream stream_;
+};
+
+// Lets at most one event through per `interval` and counts the others, so that a log line
+// a client can trigger (a malformed request, a refused connection) cannot flood the log.
+// Thread-safe.
+class LogRateLimiter {
+ public:
+  explicit LogRateLimiter(std::chrono::milliseconds interval) : interval_(interval) {}
+  // True when this event may be logged; then *suppressed is how many were not since the
+  // last one that was.
+  bool Allow(int64_t* suppressed);
+
+ private:
+  const std::chrono::milliseconds interval_;
+  std::mutex mu_;
+  bool any_ = false;
+  std::chrono::steady_clock::time_point last_;
+  int64_t suppressed_ = 0;
 };
 
 // Swallows the stream when the severity is filtered out, without evaluating arguments.

@@ -5,7 +5,11 @@
 #include <string>
 #include <utility>
 
+#include <grpcpp/support/proto_buffer_writer.h>
+
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "engine/request_bytes.h"
 #include "engine/request_stream.h"
 #include "engine/status_to_grpc.h"
 
@@ -29,7 +33,7 @@ coil::v1::FinishReason ToProto(StreamFinish reason) {
 // Streams one request's RequestStream (route_guide_callback_server's Lister shape). The
 // stream calls Deliver under its lock, at most one delivery per completed write, so
 // `response_` is never reused while a write is in flight.
-class GenerateReactor final : public grpc::ServerWriteReactor<GenerateResponse>,
+class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                               public RequestStream::Listener {
  public:
   GenerateReactor(EngineLoop& engine, const tokenizer::Tokenizer& tokenizer,
@@ -86,10 +90,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<GenerateResponse>,
           final.time_to_first_token_seconds);
       response_.mutable_timings()->set_total_seconds(final.total_seconds);
       finished_ = true;
-      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+      Serialize();
+      StartWriteAndFinish(&bytes_, grpc::WriteOptions(), grpc::Status::OK);
       return;
     }
-    StartWrite(&response_);
+    Serialize();
+    StartWrite(&bytes_);
   }
 
   void OnWriteDone(bool /*ok*/) override {
@@ -122,21 +128,32 @@ class GenerateReactor final : public grpc::ServerWriteReactor<GenerateResponse>,
   }
 
  private:
+  // response_ into bytes_, which the write then owns until it completes.
+  void Serialize() {
+    bool own_buffer = false;
+    bytes_.Clear();
+    grpc::SerializationTraits<GenerateResponse>::Serialize(response_, &bytes_, &own_buffer)
+        .IgnoreError();  // a message coil built always serializes
+  }
+
   EngineLoop& engine_;
   const tokenizer::Tokenizer& tokenizer_;
   grpc::CallbackServerContext* const context_;
   std::shared_ptr<RequestStream> stream_;
   GenerateResponse response_;
+  grpc::ByteBuffer bytes_;
   bool sent_request_id_ = false;  // guarded like finished_
   bool finished_ = false;         // guarded by the stream's lock once attached
 };
 
 // The request as plain values, its prompt tokenized.
 absl::StatusOr<GenerationInput> ToInput(const GenerateRequest& request,
-                                        const tokenizer::Tokenizer& tokenizer) {
+                                        const tokenizer::Tokenizer& tokenizer,
+                                        const ServingLimits& limits) {
   GenerationInput input;
   switch (request.prompt_case()) {
     case GenerateRequest::kText: {
+      COIL_RETURN_IF_ERROR(ValidateText("the prompt text", request.text(), limits));
       auto ids = tokenizer.Encode(request.text());
       if (!ids.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("the prompt text: ", ids.status().message()));
@@ -169,27 +186,43 @@ absl::StatusOr<GenerationInput> ToInput(const GenerateRequest& request,
   return input;
 }
 
+// Serializes a unary response into the call's response bytes.
+void Reply(const google::protobuf::Message& message, grpc::ByteBuffer* response) {
+  bool own_buffer = false;
+  grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(message, response,
+                                                                            &own_buffer)
+      .IgnoreError();  // a message coil built always serializes
+}
+
 }  // namespace
 
-grpc::ServerWriteReactor<GenerateResponse>* GenerationService::Generate(
-    grpc::CallbackServerContext* context, const GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
   auto* reactor = new GenerateReactor(engine_, tokenizer_, context);  // NOLINT: deleted in OnDone
   auto refuse = [&](const absl::Status& status) {
     engine_.CountRefused(status);
     reactor->Refuse(status);
     return reactor;
   };
+  GenerateRequest request;
+  if (const absl::Status parsed = ParseRequestBuffer(*bytes, request); !parsed.ok()) {
+    LogMalformedRequest("Generate", parsed);
+    return refuse(parsed);
+  }
   if (const absl::Status failure = engine_.failure(); !failure.ok()) return refuse(failure);
   if (engine_.draining()) {
     return refuse(absl::UnavailableError(
         "the server is shutting down and takes no new requests; retry on another replica"));
   }
-  absl::StatusOr<GenerationInput> input = ToInput(*request, tokenizer_);
+  if (const absl::Status id = ValidateRequestId(request.request_id(), limits_); !id.ok()) {
+    return refuse(id);
+  }
+  absl::StatusOr<GenerationInput> input = ToInput(request, tokenizer_, limits_);
   const absl::Status valid = input.ok() ? ValidateGeneration(*input, limits_) : input.status();
   if (!valid.ok()) return refuse(valid);
   const uint64_t id = engine_.NextRequestId();
-  std::string client_id = request->request_id().empty() ? absl::StrCat("coil-", id)
-                                                        : request->request_id();
+  std::string client_id =
+      request.request_id().empty() ? absl::StrCat("coil-", id) : request.request_id();
   auto stream = std::make_shared<RequestStream>(id, std::move(client_id));
   reactor->Attach(stream);
   // A refusal (draining, failed) ends the stream, which finishes the call.
@@ -198,46 +231,68 @@ grpc::ServerWriteReactor<GenerateResponse>* GenerationService::Generate(
 }
 
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
-                                                      const coil::v1::TokenizeRequest* request,
-                                                      coil::v1::TokenizeResponse* response) {
+                                                      const grpc::ByteBuffer* bytes,
+                                                      grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto ids = tokenizer_.Encode(request->text());
+  coil::v1::TokenizeRequest request;
+  absl::Status status = ParseRequestBuffer(*bytes, request);
+  if (!status.ok()) LogMalformedRequest("Tokenize", status);
+  if (status.ok()) status = ValidateText("the text", request.text(), limits_);
+  absl::StatusOr<std::vector<int32_t>> ids =
+      status.ok() ? tokenizer_.Encode(request.text()) : status;
   if (!ids.ok()) {
     reactor->Finish(ToGrpcStatus(ids.status()));
     return reactor;
   }
-  for (int32_t id : *ids) response->add_token_ids(id);
+  coil::v1::TokenizeResponse out;
+  for (int32_t id : *ids) out.add_token_ids(id);
+  Reply(out, response);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* GenerationService::Detokenize(grpc::CallbackServerContext* context,
-                                                        const coil::v1::DetokenizeRequest* request,
-                                                        coil::v1::DetokenizeResponse* response) {
+                                                        const grpc::ByteBuffer* bytes,
+                                                        grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::vector<int32_t> ids(request->token_ids().begin(), request->token_ids().end());
-  auto text = tokenizer_.Decode(ids, request->skip_special_tokens());
+  coil::v1::DetokenizeRequest request;
+  if (const absl::Status parsed = ParseRequestBuffer(*bytes, request); !parsed.ok()) {
+    LogMalformedRequest("Detokenize", parsed);
+    reactor->Finish(ToGrpcStatus(parsed));
+    return reactor;
+  }
+  std::vector<int32_t> ids(request.token_ids().begin(), request.token_ids().end());
+  auto text = tokenizer_.Decode(ids, request.skip_special_tokens());
   if (!text.ok()) {
     reactor->Finish(ToGrpcStatus(text.status()));
     return reactor;
   }
-  response->set_text(std::move(text).value());
+  coil::v1::DetokenizeResponse out;
+  out.set_text(std::move(text).value());
+  Reply(out, response);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
-grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
-    grpc::CallbackServerContext* context, const coil::v1::GetModelInfoRequest* /*request*/,
-    coil::v1::ModelInfo* response) {
+grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* bytes,
+                                                          grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  *response = static_info_;
+  coil::v1::GetModelInfoRequest request;
+  if (const absl::Status parsed = ParseRequestBuffer(*bytes, request); !parsed.ok()) {
+    LogMalformedRequest("GetModelInfo", parsed);
+    reactor->Finish(ToGrpcStatus(parsed));
+    return reactor;
+  }
+  coil::v1::ModelInfo info = static_info_;
   const EngineSnapshot snapshot = engine_.Snapshot();
-  response->set_state_rows_total(snapshot.rows_total);
-  response->set_state_rows_free(snapshot.rows_free);
-  response->set_kv_pages_total(snapshot.pages_total);
-  response->set_kv_pages_free(snapshot.pages_free);
-  response->set_waiting_requests(snapshot.waiting);
-  response->set_running_requests(snapshot.running);
+  info.set_state_rows_total(snapshot.rows_total);
+  info.set_state_rows_free(snapshot.rows_free);
+  info.set_kv_pages_total(snapshot.pages_total);
+  info.set_kv_pages_free(snapshot.pages_free);
+  info.set_waiting_requests(snapshot.waiting);
+  info.set_running_requests(snapshot.running);
+  Reply(info, response);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -1,10 +1,33 @@
 #include "engine/request_validation.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "workers/sampler.h"
 
 namespace coil {
+
+int64_t TextBytesLimit(int32_t max_model_len) {
+  return std::max<int64_t>(int64_t{1} << 20, int64_t{16} * max_model_len);
+}
+
+absl::Status ValidateText(absl::string_view what, absl::string_view text, const ServingLimits& limits) {
+  if (static_cast<int64_t>(text.size()) <= limits.max_text_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " has ", text.size(), " bytes; the limit is ", limits.max_text_bytes,
+      " (16 bytes per token of --max-model-len ", limits.max_model_len,
+      ", at least 1 MiB); shorten it, or send token ids"));
+}
+
+absl::Status ValidateRequestId(absl::string_view request_id, const ServingLimits& limits) {
+  if (static_cast<int64_t>(request_id.size()) <= limits.max_request_id_bytes) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("request_id has ", request_id.size(),
+                                                 " bytes; the limit is ",
+                                                 limits.max_request_id_bytes, "; send a shorter id"));
+}
 
 absl::Status ValidateGeneration(const GenerationInput& input, const ServingLimits& limits) {
   const int64_t prompt_len = static_cast<int64_t>(input.prompt.size());

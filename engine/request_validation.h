@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "scheduler/plan.h"
 
 namespace coil {
@@ -22,7 +23,17 @@ struct ServingLimits {
   int32_t max_stop_strings = 16;
   int32_t max_stop_string_bytes = 256;
   int32_t max_stop_token_ids = 64;
+  int32_t max_request_id_bytes = 256;
+  // Text to tokenize (a prompt, Tokenize's text), checked before the tokenizer runs:
+  // TextBytesLimit(max_model_len).
+  int64_t max_text_bytes = int64_t{1} << 20;
 };
+
+// The bytes of text a server with `max_model_len` takes: 16 per token of the context and
+// at least 1 MiB, far more than ordinary text needs (about 4 bytes per token), so that
+// only text that cannot fit is refused unread (text built of the vocabulary's longest
+// tokens can be sent as token ids).
+int64_t TextBytesLimit(int32_t max_model_len);
 
 // A Generate call after its prompt was tokenized: plain values, no protobuf.
 struct GenerationInput {
@@ -35,6 +46,11 @@ struct GenerationInput {
 };
 
 absl::Status ValidateGeneration(const GenerationInput& input, const ServingLimits& limits);
+
+// `text` (what the error calls `what`, e.g. "the prompt text") against max_text_bytes.
+absl::Status ValidateText(absl::string_view what, absl::string_view text, const ServingLimits& limits);
+// A client's request id against max_request_id_bytes.
+absl::Status ValidateRequestId(absl::string_view request_id, const ServingLimits& limits);
 
 }  // namespace coil
 

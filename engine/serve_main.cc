@@ -48,6 +48,7 @@
 #include "engine/http/openai_server.h"
 #include "engine/metrics/coil_metrics.h"
 #include "engine/metrics/exporter.h"
+#include "engine/request_bytes.h"
 #include "engine/request_validation.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/tokenizer_files.h"
@@ -413,9 +414,9 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
   ServingLimits limits;
   limits.max_model_len = config.max_model_len;
   limits.vocab_size = static_cast<int32_t>(std::min<int64_t>(model.config().vocab_size, tok.vocab_size()));
+  limits.max_text_bytes = TextBytesLimit(config.max_model_len);
   const std::string model_dir = absl::GetFlag(FLAGS_model);
-  GenerationService service(engine, tok, limits, StaticInfo(model_dir, model, config, runtime.size()),
-                            served_metrics->get());
+  GenerationService service(engine, tok, limits, StaticInfo(model_dir, model, config, runtime.size()));
 
   // The OpenAI-compatible HTTP API, when asked for: its template is parsed before anything
   // serves, so a template outside the interpreter's subset ends start-up naming the construct.
@@ -467,6 +468,11 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
   const std::string address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  // Room for the largest request coil's own checks take (text, or token ids at up to 5
+  // bytes each), so that those checks, not gRPC's size limit, explain a refusal.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::max<int64_t>(
+      int64_t{4} << 20, std::max<int64_t>(limits.max_text_bytes, int64_t{5} * config.max_model_len) +
+                            (int64_t{64} << 10))));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::fprintf(stderr, "coil-serve: cannot listen on %s; choose another --host/--port\n",
@@ -530,6 +536,7 @@ int Main(int argc, char** argv) {
       "mpirun -np N --mca odls_base_sigkill_timeout <drain+10> coil-serve --model DIR "
       "[--port 50051] [--state-rows R | --memory-budget 2GiB] [--max-model-len L]");
   ParseDashedCommandLine(argc, argv);
+  RouteProtobufLogs();
 
   absl::StatusOr<std::unique_ptr<RankRuntime>> connected = RankRuntime::Connect(&argc, &argv);
   if (!connected.ok()) {

@@ -263,6 +263,8 @@ absl::StatusOr<std::string> ServerProcess::FetchMetrics() const {
   return response.substr(body + 4);
 }
 
+std::string ServerProcess::Log() const { return ReadFile(log_path_); }
+
 std::string ServerProcess::LogTail() const {
   const std::string log = ReadFile(log_path_);
   return log.size() > 4000 ? log.substr(log.size() - 4000) : log;

@@ -83,8 +83,9 @@ class ServerProcess {
   void Kill();
   // Waits for the process to end; its exit code, or nullopt on timeout.
   std::optional<int> Wait(std::chrono::seconds timeout);
-  // The end of its log, for failure messages.
+  // The end of its log, for failure messages; the whole log.
   std::string LogTail() const;
+  std::string Log() const;
 
  private:
   ServerProcess() = default;

@@ -1,5 +1,8 @@
 #include "common/logging.h"
 
+#include <chrono>
+#include <thread>
+
 #include "gtest/gtest.h"
 
 namespace coil {
@@ -35,6 +38,25 @@ TEST(LoggingTest, FilteredMessagesDoNotEvaluateArguments) {
 
 TEST(LoggingDeathTest, CheckAbortsWithTheCondition) {
   EXPECT_DEATH({ COIL_CHECK(1 + 1 == 3) << "arithmetic"; }, "check failed: 1 \\+ 1 == 3 arithmetic");
+}
+
+}  // namespace
+}  // namespace coil
+
+namespace coil {
+namespace {
+
+// One event per interval gets through; the next one that does reports how many did not.
+TEST(LogRateLimiterTest, LetsOnePerIntervalThroughAndCountsTheRest) {
+  LogRateLimiter limiter(std::chrono::milliseconds(200));
+  int64_t suppressed = -1;
+  EXPECT_TRUE(limiter.Allow(&suppressed));
+  EXPECT_EQ(suppressed, 0);
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(limiter.Allow(&suppressed));
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  EXPECT_TRUE(limiter.Allow(&suppressed));
+  EXPECT_EQ(suppressed, 5);
+  EXPECT_FALSE(limiter.Allow(&suppressed));
 }
 
 }  // namespace
