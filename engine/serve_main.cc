@@ -19,6 +19,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
+#include <grpcpp/server_posix.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,6 +50,8 @@
 #include "engine/http/openai_server.h"
 #include "engine/metrics/coil_metrics.h"
 #include "engine/metrics/exporter.h"
+#include "engine/net/connection_acceptor.h"
+#include "engine/net/listener.h"
 #include "engine/request_bytes.h"
 #include "engine/request_validation.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -110,7 +114,18 @@ ABSL_FLAG(double, step_timeout, 600,
           "as hung (0: never); far above any real step (a 2048-token prefill of the 130m "
           "shape takes about 1.3 s on 2 cores)");
 ABSL_FLAG(int32_t, metrics_port, 9400,
-          "port of the Prometheus /metrics endpoint on --host (0: any free port; -1: off)");
+          "port of the Prometheus /metrics endpoint on --metrics-host (0: any free port; -1: off)");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "address the /metrics endpoint listens on (loopback by default; 0.0.0.0 lets "
+          "Prometheus reach it from another host or pod)");
+ABSL_FLAG(int32_t, max_connections, 0,
+          "most gRPC connections open at once; more are refused at once (0: the descriptor "
+          "limit less 256, at most 4096)");
+ABSL_FLAG(int32_t, max_streams_per_connection, 256,
+          "most concurrent calls on one gRPC connection (HTTP/2 MAX_CONCURRENT_STREAMS)");
+ABSL_FLAG(double, idle_timeout, 300,
+          "seconds a gRPC connection may stay without a call before the server closes it "
+          "(clients reconnect on their next call; 0: never)");
 
 namespace coil {
 namespace {
@@ -389,7 +404,8 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
   auto served_metrics = metrics::CoilMetrics::Create();
   std::unique_ptr<metrics::MetricsExporter> exporter;
   if (served_metrics.ok() && absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    auto started = metrics::MetricsExporter::Start((*served_metrics)->registry(), absl::GetFlag(FLAGS_host),
+    auto started = metrics::MetricsExporter::Start((*served_metrics)->registry(),
+                                                   absl::GetFlag(FLAGS_metrics_host),
                                                    absl::GetFlag(FLAGS_metrics_port));
     if (!started.ok()) {
       served_metrics = started.status();
@@ -404,7 +420,7 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
     return 1;
   }
   if (exporter != nullptr) {
-    COIL_LOG(INFO) << "metrics on http://" << absl::GetFlag(FLAGS_host) << ":" << exporter->port()
+    COIL_LOG(INFO) << "metrics on http://" << absl::GetFlag(FLAGS_metrics_host) << ":" << exporter->port()
                    << "/metrics";
   }
   EngineLoop engine(std::move(scheduler).value(), tok, executor, served_metrics->get());
@@ -461,27 +477,65 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
                    << ")";
   }
 
+  // The gRPC port is bound and accepted by coil itself (engine/net/connection_acceptor.h):
+  // gRPC 1.51's own accept loop stops for good after one failed accept4, and caps nothing.
+  absl::StatusOr<std::unique_ptr<net::Listener>> listener =
+      net::Listener::Bind(absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port));
+  if (!listener.ok()) {
+    std::fprintf(stderr, "coil-serve: %s; choose another --host/--port\n",
+                 std::string(listener.status().message()).c_str());
+    engine.BeginDrain(std::chrono::milliseconds(0));
+    engine.Join().IgnoreError();
+    if (http_server != nullptr) http_server->Stop();
+    return 1;
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  int port = 0;
-  const std::string address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   // Room for the largest request coil's own checks take (text, or token ids at up to 5
   // bytes each), so that those checks, not gRPC's size limit, explain a refusal.
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::max<int64_t>(
       int64_t{4} << 20, std::max<int64_t>(limits.max_text_bytes, int64_t{5} * config.max_model_len) +
                             (int64_t{64} << 10))));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             std::max(1, absl::GetFlag(FLAGS_max_streams_per_connection)));
+  if (absl::GetFlag(FLAGS_idle_timeout) > 0) {
+    builder.AddChannelArgument(
+        GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+        static_cast<int>(std::min(absl::GetFlag(FLAGS_idle_timeout) * 1000.0, 2e9)));
+  }
+  // What gRPC may buffer for all connections together (reads and writes).
+  grpc::ResourceQuota quota("coil-serve");
+  quota.Resize(size_t{1} << 30);
+  builder.SetResourceQuota(quota);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    std::fprintf(stderr, "coil-serve: cannot listen on %s; choose another --host/--port\n",
-                 address.c_str());
+  if (server == nullptr) {
+    std::fprintf(stderr, "coil-serve: the gRPC server did not start\n");
     engine.BeginDrain(std::chrono::milliseconds(0));
     engine.Join().IgnoreError();
     if (http_server != nullptr) http_server->Stop();
     return 1;
   }
+  int max_connections = absl::GetFlag(FLAGS_max_connections);
+  if (max_connections <= 0) {
+    const long descriptors = net::RaiseDescriptorLimit();
+    max_connections = descriptors < 0 ? 4096
+                                      : static_cast<int>(std::clamp<long>(descriptors - 256, 16, 4096));
+  }
+  grpc::Server* raw_server = server.get();
+  absl::StatusOr<std::unique_ptr<net::ConnectionAcceptor>> acceptor = net::ConnectionAcceptor::Start(
+      std::move(listener).value(), max_connections, "gRPC",
+      [raw_server](int fd) { grpc::AddInsecureChannelFromFd(raw_server, fd); });
+  if (!acceptor.ok()) {
+    std::fprintf(stderr, "coil-serve: %s\n", std::string(acceptor.status().message()).c_str());
+    server->Shutdown();
+    engine.BeginDrain(std::chrono::milliseconds(0));
+    engine.Join().IgnoreError();
+    if (http_server != nullptr) http_server->Stop();
+    return 1;
+  }
+  const int port = (*acceptor)->port();
   // Ready: the engine runs and the port is open. Health answers for the server as a whole
   // ("") and for the service by name; a failure or the drain turns both NOT_SERVING.
   server->GetHealthCheckService()->SetServingStatus(coil::v1::Generation::service_full_name(),
@@ -489,7 +543,8 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
   server->GetHealthCheckService()->SetServingStatus(true);
   failures.Serving(&engine, server.get());
   COIL_LOG(INFO) << "serving " << model_dir << " on " << absl::GetFlag(FLAGS_host) << ":" << port
-                 << " (TP " << runtime.size() << ", " << config.state_rows << " state rows)";
+                 << " (TP " << runtime.size() << ", " << config.state_rows << " state rows, at most "
+                 << max_connections << " connections)";
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string path = absl::GetFlag(FLAGS_port_file);
     {
@@ -510,6 +565,8 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
   engine.BeginDrain(std::chrono::seconds(drain_seconds));
   const absl::Status workers = engine.Join();
   failures.Serving(nullptr, nullptr);
+  // No new connections for a server about to shut down.
+  (*acceptor)->Stop();
   // Every HTTP handler has its final output now; closing the listener lets them finish.
   if (http_server != nullptr) http_server->Stop();
   // Every stream has its final message queued; give the writes a moment, then close.
@@ -537,6 +594,9 @@ int Main(int argc, char** argv) {
       "[--port 50051] [--state-rows R | --memory-budget 2GiB] [--max-model-len L]");
   ParseDashedCommandLine(argc, argv);
   RouteProtobufLogs();
+  // Every connection is a descriptor: take all the hard limit allows (a soft limit of 1024
+  // would let about a thousand idle clients use them up).
+  net::RaiseDescriptorLimit();
 
   absl::StatusOr<std::unique_ptr<RankRuntime>> connected = RankRuntime::Connect(&argc, &argv);
   if (!connected.ok()) {

@@ -3,12 +3,18 @@
 // from independent runs (the same request alone, at the other TP size, without the stop
 // string), from the request itself (token counts, finish reasons), or from the server's
 // pool invariant (every state row free again once nothing runs).
+#include <arpa/inet.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -631,6 +637,134 @@ TEST(ServingTest, MalformedBytesAreInvalidArgumentTp1) {
 
 TEST(ServingTest, MalformedBytesAreInvalidArgumentTp2) {
   ExpectMalformedBytesRefused(ServingEnvironment::Get()->Tp(2));
+}
+
+// A raw TCP connection to 127.0.0.1:`port` that sends nothing (-1 when refused).
+int RawConnect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int PortOf(const std::string& target) { return std::stoi(target.substr(target.rfind(':') + 1)); }
+
+// A fresh client (its own connection) gets SERVING and a generation, within `timeout`.
+void ExpectANewClientIsServed(const std::string& target, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  absl::Status last = absl::UnknownError("not tried");
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto client = Client::Connect(target, std::chrono::seconds(2));
+    if (client.ok()) {
+      auto generation = (*client)->Generate(IdsRequest({3, 1, 4}, 5));
+      if (generation.ok()) {
+        EXPECT_EQ(generation->token_ids.size(), 5u);
+        return;
+      }
+      last = generation.status();
+    } else {
+      last = client.status();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  FAIL() << "no new client was served after the descriptors were released: " << last;
+}
+
+// 300 idle connections against a descriptor limit of 256: the server's accept fails for
+// lack of descriptors (or refuses over its cap), a connection made before keeps working,
+// and once the idle ones close a new client is served: the port never stops accepting.
+void ExpectDescriptorExhaustionRecovers(ServerOptions options) {
+  options.prefix = {"/usr/bin/prlimit", "--nofile=256:256"};  // util-linux
+  auto server = ServerProcess::Start(ServingEnvironment::Get()->model_dir(), options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = PortOf((*server)->target());
+  std::vector<int> idle;
+  for (int i = 0; i < 300; ++i) {
+    const int fd = RawConnect(port);
+    if (fd >= 0) idle.push_back(fd);
+  }
+  // Let the server take (or refuse) what it can.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto serving = (*server)->client().Health();
+  EXPECT_TRUE(serving.ok() && *serving) << "the connection made before stopped working: "
+                                        << serving.status();
+  for (int fd : idle) close(fd);
+  ExpectANewClientIsServed((*server)->target(), std::chrono::seconds(20 * TimeScale()));
+  // The refusals were logged: over the cap, or accept failing for lack of descriptors.
+  EXPECT_THAT((*server)->Log(), ::testing::AnyOf(HasSubstr("gRPC: refused a connection"),
+                                                 HasSubstr("gRPC: accept failed: Too many open files")));
+}
+
+TEST(ServingTest, DescriptorExhaustionDoesNotStopTheListenerTp1) {
+  ServerOptions options;
+  // No cap of its own below the descriptor limit: accept runs out of descriptors.
+  options.flags = {"--max-connections", "100000"};
+  ExpectDescriptorExhaustionRecovers(options);
+}
+
+TEST(ServingTest, ConnectionCapRefusesBeyondItTp2) {
+  ServerOptions options;
+  options.ranks = 2;
+  // The default cap: the descriptor limit (256) less 256, at least 16.
+  ExpectDescriptorExhaustionRecovers(options);
+}
+
+// A connection without a call is closed after --idle-timeout; a gRPC client that waited
+// longer than that simply reconnects on its next call.
+TEST(ServingTest, IdleConnectionsAreClosed) {
+  ServerOptions options;
+  options.ranks = 2;
+  options.flags = {"--idle-timeout", "1"};
+  auto server = ServerProcess::Start(ServingEnvironment::Get()->model_dir(), options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int fd = RawConnect(PortOf((*server)->target()));
+  ASSERT_GE(fd, 0);
+  timeval timeout{};
+  timeout.tv_sec = 20 * TimeScale();
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  const auto start = std::chrono::steady_clock::now();
+  // gRPC may first write its SETTINGS frame; the connection then ends (EOF or reset).
+  char buffer[4096];
+  ssize_t n = 0;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) {
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(n == 0 || errno == ECONNRESET) << "read ended with " << std::strerror(errno);
+  EXPECT_LT(waited, std::chrono::seconds(10 * TimeScale()));
+  close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto generation = (*server)->client().Generate(IdsRequest({2, 7, 1}, 3));
+  EXPECT_TRUE(generation.ok()) << generation.status();
+}
+
+// The metrics endpoint answers at once with a hundred silent connections open to it.
+void ExpectMetricsNotStarved(ServerProcess& server) {
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i) idle.push_back(RawConnect(server.metrics_port()));
+  const auto start = std::chrono::steady_clock::now();
+  auto page = server.FetchMetrics();
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_NE(page->find("coil_requests_running"), std::string::npos);
+  EXPECT_LT(took, std::chrono::seconds(2 * TimeScale()));
+  for (int fd : idle) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+TEST(ServingTest, IdleScrapersCannotStarveMetricsTp1) {
+  ExpectMetricsNotStarved(ServingEnvironment::Get()->Tp(1));
+}
+
+TEST(ServingTest, IdleScrapersCannotStarveMetricsTp2) {
+  ExpectMetricsNotStarved(ServingEnvironment::Get()->Tp(2));
 }
 
 TEST(ServingTest, FullQueueIsResourceExhausted) {
