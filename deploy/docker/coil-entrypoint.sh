@@ -27,6 +27,9 @@
 #   COIL_MODEL (required)    --model            COIL_TOKENIZER        --tokenizer
 #   COIL_HOST (0.0.0.0)      --host             COIL_PORT (50051)     --port
 #   COIL_METRICS_PORT (9400) --metrics-port     COIL_DEVICE (cpu)     --device cpu|cuda
+#   COIL_METRICS_HOST        --metrics-host (coil-serve's default is loopback; the images
+#                            and manifests set 0.0.0.0 so that Prometheus can scrape)
+#   COIL_RANK_TIMEOUT        --rank-timeout     COIL_MAX_CONNECTIONS  --max-connections
 #   COIL_STATE_ROWS          --state-rows       COIL_KV_PAGES         --kv-pages
 #   COIL_BLOCK_SIZE          --block-size       COIL_MEMORY_BUDGET    --memory-budget
 #   COIL_MAX_NUM_SEQS        --max-num-seqs     COIL_MAX_BATCHED_TOKENS --max-batched-tokens
@@ -168,6 +171,9 @@ add_flag --max-batched-tokens COIL_MAX_BATCHED_TOKENS
 add_flag --max-model-len COIL_MAX_MODEL_LEN
 add_flag --max-queue COIL_MAX_QUEUE
 add_flag --threads COIL_THREADS
+add_flag --metrics-host COIL_METRICS_HOST
+add_flag --rank-timeout COIL_RANK_TIMEOUT
+add_flag --max-connections COIL_MAX_CONNECTIONS
 
 # leader: the hostfile, the launcher and, with the default launcher, the wait for the
 # workers' SSH daemons (a LeaderWorkerSet starts the group's pods together).
