@@ -1,12 +1,14 @@
 // Causal grouped-query attention over a paged K/V cache, on the host.
 // Batch invariance: every (row, head) reduces over its keys the same way wherever it is
-// computed. Keys come in tiles of kTile positions aligned to absolute positions ([0, 16),
-// [16, 32), ...), each tile gathered from its pages into f32 (so the page size never shows),
+// computed. Keys come in tiles of kTile positions aligned to absolute positions ([0, 32),
+// [32, 64), ...), each tile gathered from its pages into f32 (so the page size never shows),
 // and a row's last tile is cut at its own position. Per tile, in this order:
 //   s_j = fold(q . k_j) * scale for the row's keys j (a dot product as 16 lane partials over
 //         head_dim, lane = d mod 16, folded in FoldLanes16's order), -inf past the row;
 //   m' = max(m, max_j s_j); a = exp(m - m'); p_j = exp(s_j - m');
-//   l = l a + fold(p); acc = acc a + sum_j p_j v_j (j ascending);
+//   l = l a + (fold(p_0..15) + fold(p_16..31));
+//   acc = (acc a + sum over even j of p_j v_j) + (sum over odd j), each sum j ascending
+//         (two chains, half as deep: the tile's latency, not its work, bounds decode);
 // and out = acc / l after the row's last tile. Which rows and heads share a tile's gathered
 // keys (a work item: a run's block of rows x the query heads of one KV head) only decides
 // what is computed together, never how, so a decode row, the same row in a prefill chunk,
@@ -35,7 +37,7 @@
 namespace coil {
 namespace {
 
-constexpr int kTile = 16;      // keys per tile, tiles aligned to multiples of 16 positions
+constexpr int kTile = 32;      // keys per tile, tiles aligned to multiples of 32 positions
 constexpr int kRowBlock = 16;  // query rows of one run per work item
 
 // Where a layer's K and V live and how a (row, head) maps onto them.
@@ -127,12 +129,14 @@ COIL_VECTORIZE void TilePortable(const float* q, const float* kt, const float* v
   const float alpha = ExpF(st.m - m);
   float p[kTile];
   for (int j = 0; j < kTile; ++j) p[j] = j < valid ? ExpF(s[j] - m) : 0.0f;
-  st.l = st.l * alpha + FoldLanes16(p);
+  st.l = st.l * alpha + (FoldLanes16(p) + FoldLanes16(p + 16));
   st.m = m;
-  for (int64_t d = 0; d < dpad; ++d) st.acc[d] *= alpha;
-  for (int j = 0; j < valid; ++j) {
-    const float* v = vt + j * dpad;
-    for (int64_t d = 0; d < dpad; ++d) st.acc[d] += p[j] * v[d];
+  // The even keys' values onto the rescaled acc, the odd keys' apart, then their sum.
+  for (int64_t d = 0; d < dpad; ++d) {
+    float even = st.acc[d] * alpha, odd = 0.0f;
+    for (int j = 0; j < valid; j += 2) even += p[j] * vt[j * dpad + d];
+    for (int j = 1; j < valid; j += 2) odd += p[j] * vt[j * dpad + d];
+    st.acc[d] = even + odd;
   }
 }
 
@@ -194,43 +198,71 @@ COIL_AVX512 inline __m512 SumLanes16(const __m512 (&a)[16]) {
   return _mm512_permutexvar_ps(order, sum);
 }
 
-// acc = acc * alpha + sum_j p_j v_j over C blocks of 16 dims (in registers), j ascending.
+// acc = (acc * alpha + sum of p_j v_j over the even keys) + (sum over the odd keys), each sum
+// in key order (two chains of FMAs, half as deep), C blocks of 16 dims in registers.
 template <int C>
 COIL_AVX512 inline void AccumulateValues(const float* p, int valid, const float* vt, int64_t dpad,
                                          __m512 alpha, float* acc_out) {
-  __m512 acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = _mm512_mul_ps(_mm512_loadu_ps(acc_out + 16 * c), alpha);
-  for (int j = 0; j < valid; ++j) {
-    const __m512 pj = _mm512_set1_ps(p[j]);
+  __m512 even[C], odd[C];
+  for (int c = 0; c < C; ++c) {
+    even[c] = _mm512_mul_ps(_mm512_loadu_ps(acc_out + 16 * c), alpha);
+    odd[c] = _mm512_setzero_ps();
+  }
+  int j = 0;
+  for (; j + 1 < valid; j += 2) {
+    const __m512 pe = _mm512_set1_ps(p[j]), po = _mm512_set1_ps(p[j + 1]);
     for (int c = 0; c < C; ++c) {
-      acc[c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vt + j * dpad + 16 * c), acc[c]);
+      even[c] = _mm512_fmadd_ps(pe, _mm512_loadu_ps(vt + j * dpad + 16 * c), even[c]);
+      odd[c] = _mm512_fmadd_ps(po, _mm512_loadu_ps(vt + (j + 1) * dpad + 16 * c), odd[c]);
     }
   }
-  for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc_out + 16 * c, acc[c]);
+  if (j < valid) {
+    const __m512 pe = _mm512_set1_ps(p[j]);
+    for (int c = 0; c < C; ++c) {
+      even[c] = _mm512_fmadd_ps(pe, _mm512_loadu_ps(vt + j * dpad + 16 * c), even[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc_out + 16 * c, _mm512_add_ps(even[c], odd[c]));
 }
 
-// TilePortable's steps with 16-lane vectors and FMAs.
-COIL_AVX512 void TileAvx512(const float* q, const float* kt, const float* vt, int valid,
-                            int64_t dpad, float scale, RowState& st) {
-  __m512 dots[kTile];
-  for (int j = 0; j < kTile; ++j) dots[j] = _mm512_setzero_ps();
+// The scores of keys [j0, j0 + 16) of the tile: lane j = the fold of key j0 + j's 16 lane
+// partials over head_dim.
+COIL_AVX512 inline __m512 Scores16(const float* q, const float* kt, int64_t dpad) {
+  __m512 dots[16];
+  for (int j = 0; j < 16; ++j) dots[j] = _mm512_setzero_ps();
   for (int64_t d = 0; d < dpad; d += 16) {
     const __m512 qv = _mm512_loadu_ps(q + d);
-    for (int j = 0; j < kTile; ++j) {
+    for (int j = 0; j < 16; ++j) {
       dots[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kt + j * dpad + d), dots[j]);
     }
   }
-  const __mmask16 keys = static_cast<__mmask16>((1u << valid) - 1);
-  const __m512 s =
-      _mm512_mask_blend_ps(keys, _mm512_set1_ps(-std::numeric_limits<float>::infinity()),
-                           _mm512_mul_ps(SumLanes16(dots), _mm512_set1_ps(scale)));
-  const float m = std::max(st.m, _mm512_reduce_max_ps(s));  // max is exact in any order
+  return SumLanes16(dots);
+}
+
+// TilePortable's steps with 16-lane vectors and FMAs, the tile's keys in two halves of 16.
+COIL_AVX512 void TileAvx512(const float* q, const float* kt, const float* vt, int valid,
+                            int64_t dpad, float scale, RowState& st) {
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 sc = _mm512_set1_ps(scale);
+  const __mmask16 first =
+      valid >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << valid) - 1);
+  const __mmask16 second = valid >= 32
+                               ? __mmask16(0xffff)
+                               : static_cast<__mmask16>(valid > 16 ? (1u << (valid - 16)) - 1 : 0u);
+  const __m512 s0 = _mm512_mask_blend_ps(first, neg_inf, _mm512_mul_ps(Scores16(q, kt, dpad), sc));
+  const __m512 s1 = valid > 16
+                        ? _mm512_mask_blend_ps(second, neg_inf,
+                                               _mm512_mul_ps(Scores16(q, kt + 16 * dpad, dpad), sc))
+                        : neg_inf;
+  const float m = std::max(st.m, _mm512_reduce_max_ps(_mm512_max_ps(s0, s1)));  // exact
   const float alpha = ExpF(st.m - m);
-  const __m512 p = Exp16(_mm512_sub_ps(s, _mm512_set1_ps(m)));
-  st.l = st.l * alpha + SumLanes(p);
+  const __m512 mv = _mm512_set1_ps(m);
+  const __m512 p0 = Exp16(_mm512_sub_ps(s0, mv)), p1 = Exp16(_mm512_sub_ps(s1, mv));
+  st.l = st.l * alpha + (SumLanes(p0) + SumLanes(p1));
   st.m = m;
   alignas(64) float pj[kTile];
-  _mm512_store_ps(pj, p);
+  _mm512_store_ps(pj, p0);
+  _mm512_store_ps(pj + 16, p1);
   const __m512 a = _mm512_set1_ps(alpha);
   for (int64_t d = 0; d < dpad; d += 128) {
     switch (std::min<int64_t>(8, (dpad - d) / 16)) {
