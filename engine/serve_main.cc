@@ -64,7 +64,7 @@
 #include "kernels/cuda/runtime_info.h"
 #endif
 #include "workers/backend_flags.h"
-#include "workers/model/mamba2_model.h"
+#include "workers/model/model.h"
 #include "workers/model/model_config.h"
 #include "workers/model/shard_layout.h"
 #include "workers/model_flags.h"
@@ -364,7 +364,7 @@ class RuntimeExecutor final : public StepExecutor {
   RankRuntime& runtime_;
 };
 
-coil::v1::ModelInfo StaticInfo(const std::string& model_dir, const model::Mamba2Model& model,
+coil::v1::ModelInfo StaticInfo(const std::string& model_dir, const model::Model& model,
                                const SchedulerConfig& config, int tp_size) {
   const model::ModelConfig& m = model.config();
   coil::v1::ModelInfo info;
@@ -390,7 +390,7 @@ coil::v1::ModelInfo StaticInfo(const std::string& model_dir, const model::Mamba2
 // Rank 0 after loading: serve until SIGTERM/SIGINT, then drain and end the workers.
 int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenizer& tok,
           const sigset_t& stop_signals, FailureHandler& failures) {
-  const model::Mamba2Model& model = runtime.model();
+  const model::Model& model = runtime.model();
   RuntimeExecutor executor(runtime);
   SchedulerConfig config = plan.scheduler;
   config.eos_token_id = tok.AddedTokenId("<|endoftext|>").value_or(-1);
@@ -659,7 +659,9 @@ int Main(int argc, char** argv) {
                    static_cast<long long>(total), done == total ? "\n" : "");
     };
   }
-  if (!Ready(runtime.LoadModel(model_dir, load, plan->scheduler.state_rows), "loading", rank)) {
+  const absl::Status model_loaded = runtime.LoadModel(
+      model_dir, load, plan->scheduler.state_rows, RunnerOptionsFromCommandLine());
+  if (!Ready(model_loaded, "loading", rank)) {
     return 1;
   }
   std::unique_ptr<tokenizer::Tokenizer> tok;
@@ -672,7 +674,7 @@ int Main(int argc, char** argv) {
   }
   if (!Ready(runtime.Agree(tokenizer_loaded), "loading the tokenizer", rank)) return 1;
   if (rank == 0) {
-    const model::Mamba2Model& model = runtime.model();
+    const model::Model& model = runtime.model();
     COIL_LOG(INFO) << "loaded " << model_dir << ": " << model.config().n_layer << " layers, d_model "
                    << model.config().d_model << ", " << DTypeName(model.weight_dtype()) << " weights, "
                    << MiB(static_cast<int64_t>(model.weight_bytes())) << " on rank 0, TP "

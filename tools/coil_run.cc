@@ -37,7 +37,7 @@
 #include "common/status_macros.h"
 #include "kernels/op_timing.h"
 #include "workers/backend_flags.h"
-#include "workers/model/mamba2_model.h"
+#include "workers/model/model.h"
 #include "workers/model_flags.h"
 #include "workers/npy.h"
 #include "workers/rank_runtime.h"
@@ -318,7 +318,8 @@ int Main(int argc, char** argv) {
   if (failed(runtime.Agree(arguments))) return 1;
   device->options.use_reference = absl::GetFlag(FLAGS_reference);
   if (failed(runtime.OpenDevice(device->device, device->options))) return 1;
-  if (failed(runtime.LoadModel(model_dir, *load, /*state_rows=*/1))) return 1;
+  if (failed(runtime.LoadModel(model_dir, *load, /*state_rows=*/1,
+                                   RunnerOptionsFromCommandLine()))) return 1;
 
   // Rank 0: the tokenizer (text needs it; ids and an ids --score file do not) and the prompt.
   std::unique_ptr<TextCodec> tok;

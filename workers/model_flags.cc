@@ -21,9 +21,14 @@ absl::StatusOr<model::LoadOptions> LoadOptionsFromCommandLine() {
     return absl::InvalidArgumentError(absl::StrCat("--weights: ", weights.status().message()));
   }
   load.weight_type = *weights;
-  load.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   load.fused_mixer = absl::GetFlag(FLAGS_fused_mixer);
   return load;
+}
+
+RunnerOptions RunnerOptionsFromCommandLine() {
+  RunnerOptions run;
+  run.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  return run;
 }
 
 }  // namespace coil

@@ -8,7 +8,8 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
-#include "workers/model/mamba2_model.h"
+#include "workers/model/model.h"
+#include "workers/model_runner.h"
 
 ABSL_DECLARE_FLAG(std::string, weights);
 ABSL_DECLARE_FLAG(bool, cuda_graphs);
@@ -18,6 +19,8 @@ namespace coil {
 
 // The parsed flags (progress left unset); INVALID_ARGUMENT naming a wrong --weights.
 absl::StatusOr<model::LoadOptions> LoadOptionsFromCommandLine();
+// --cuda-graphs.
+RunnerOptions RunnerOptionsFromCommandLine();
 
 }  // namespace coil
 

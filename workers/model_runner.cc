@@ -6,20 +6,36 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "workers/comm/step_status.h"
-#include "workers/step_metadata.h"
 
 namespace coil {
 
-absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(model::Mamba2Model& model,
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(model::Model& model,
                                                                  Backend& backend,
                                                                  comm::Communicator& comm,
-                                                                 int64_t state_rows) {
+                                                                 int64_t state_rows,
+                                                                 const RunnerOptions& options) {
   if (state_rows < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("state rows is ", state_rows, "; give at least 1 (--state-rows)"));
   }
   COIL_ASSIGN_OR_RETURN(StatePool pool, StatePool::Create(backend, model.StateShape(state_rows)));
-  return std::unique_ptr<ModelRunner>(new ModelRunner(model, comm, std::move(pool)));
+  return std::unique_ptr<ModelRunner>(
+      new ModelRunner(model, backend, comm, std::move(pool), options));
+}
+
+absl::StatusOr<int64_t> ModelRunner::RunStep(const StepMetadata& meta, bool all_rows) {
+  if (!all_rows && graphs_.Takes(meta)) return graphs_.Run(meta, pool_);
+  return model_.Run(meta, pool_, all_rows);
+}
+
+absl::Status ModelRunner::Forward(const StepMetadata& meta, bool all_rows,
+                                  std::vector<float>& logits) {
+  logits.clear();
+  if (meta.num_tokens() == 0) return absl::OkStatus();
+  COIL_ASSIGN_OR_RETURN(const int64_t sampled, RunStep(meta, all_rows));
+  logits.resize(static_cast<size_t>(sampled * model_.layout().vocab.size()));
+  return model_.backend().CopyToHost(logits.data(), model_.logits(sampled).raw(),
+                                     logits.size() * 4);
 }
 
 StepResult ModelRunner::Execute(const StepPlan& plan) {
@@ -28,7 +44,7 @@ StepResult ModelRunner::Execute(const StepPlan& plan) {
   absl::Status local = absl::OkStatus();
   auto meta = BuildStepMetadata(plan, model_.config().padded_vocab_size(), pool_.state_rows());
   std::vector<const ScheduledSequence*> rows;
-  using Kind = model::Mamba2Model::RowSampling;
+  using Kind = DeviceSampler::RowSampling;
   std::vector<Kind> kinds;
   if (!meta.ok()) {
     local = meta.status();
@@ -53,10 +69,18 @@ StepResult ModelRunner::Execute(const StepPlan& plan) {
       gumbel_steps_[r] = rows[r]->rng_step;
     }
     // The forward pass keeps making its collective calls after a local error (it returns
-    // the error at the end), so the ranks stay in step; only a broken collective returns
+    // the error at the end), so the ranks stay in step; only a broken collective stops it
     // early, and then the job cannot go on anyway.
-    local = model_.ForwardRows(*meta, pool_, kinds, gumbel_temperatures_, gumbel_seeds_,
-                               gumbel_steps_, answers_);
+    local = [&]() -> absl::Status {
+      answers_.host_logits.clear();  // the vectors keep their capacity
+      answers_.ids.clear();
+      answers_.values.clear();
+      answers_.scores.clear();
+      if (meta->num_tokens() == 0) return absl::OkStatus();
+      COIL_ASSIGN_OR_RETURN(const int64_t sampled, RunStep(*meta, /*all_rows=*/false));
+      return device_sampler_.Answer(model_.logits(sampled), kinds, gumbel_temperatures_,
+                                    gumbel_seeds_, gumbel_steps_, answers_);
+    }();
   }
   auto failures = comm::AllReduceStepStatus(comm_, local);
   absl::Status combined = failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
@@ -80,8 +104,8 @@ StepResult ModelRunner::Execute(const StepPlan& plan) {
 
 absl::StatusOr<std::vector<SampledToken>> ModelRunner::SampleRows(
     const std::vector<const ScheduledSequence*>& rows,
-    const std::vector<model::Mamba2Model::RowSampling>& kinds) {
-  using Kind = model::Mamba2Model::RowSampling;
+    const std::vector<DeviceSampler::RowSampling>& kinds) {
+  using Kind = DeviceSampler::RowSampling;
   std::vector<SampledToken> tokens(rows.size());
   // One collective sampler call per kind present, in a fixed order (every rank has the
   // same kinds); each row's token lands at its own index.
@@ -117,7 +141,7 @@ absl::StatusOr<std::vector<float>> ModelRunner::ExecuteAllLogits(const StepPlan&
   if (!meta.ok()) {
     local = meta.status();
   } else {
-    local = model_.Forward(*meta, pool_, /*all_rows=*/true, shard);
+    local = Forward(*meta, /*all_rows=*/true, shard);
   }
   COIL_ASSIGN_OR_RETURN(auto failures, comm::AllReduceStepStatus(comm_, local));
   COIL_RETURN_IF_ERROR(comm::CombineRankFailures(failures));

@@ -1,7 +1,10 @@
-// ModelRunner: executes one StepPlan on this rank (docs/ARCHITECTURE.md §1, §3): builds the step
-// metadata once, runs the model's forward pass over its shard, exchanges every rank's step
-// status, and samples the next token of each sampled sequence. Every rank runs every plan
-// and returns the same StepResult; rank 0's goes back to the scheduler.
+// ModelRunner: executes one StepPlan on this rank (docs/ARCHITECTURE.md §1, §3): builds the
+// step metadata once, runs the model's forward pass over its shard (eagerly, or a decode-only
+// step through its decode graph), exchanges every rank's step status, and samples the next
+// token of each sampled sequence (on the device where a row needs only an argmax or a
+// Gumbel-max, on the host otherwise). Every rank runs every plan and returns the same
+// StepResult; rank 0's goes back to the scheduler. The runner owns this rank's per-sequence
+// state: the recurrent-state pool.
 #ifndef COIL_WORKERS_MODEL_RUNNER_H_
 #define COIL_WORKERS_MODEL_RUNNER_H_
 
@@ -13,19 +16,31 @@
 #include "kernels/state_pool.h"
 #include "scheduler/plan.h"
 #include "workers/comm/communicator.h"
-#include "workers/model/mamba2_model.h"
+#include "workers/decode_graphs.h"
+#include "workers/device_sampler.h"
+#include "workers/model/model.h"
+#include "workers/model/step_metadata.h"
 #include "workers/sampler.h"
 
 namespace coil {
 
+struct RunnerOptions {
+  // Replay decode-only steps as graphs where the backend records them (CUDA) and the
+  // model's communicator can be captured; false runs every step op by op (for debugging:
+  // --cuda-graphs=false).
+  bool cuda_graphs = true;
+};
+
 class ModelRunner {
  public:
   // Allocates the state pool for `state_rows` sequences (plus the scratch row). `model`,
-  // `backend` and `comm` must outlive the runner.
-  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(model::Mamba2Model& model,
+  // `backend` and `comm` (the host communicator: step status and sampling) must outlive the
+  // runner.
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(model::Model& model,
                                                              Backend& backend,
                                                              comm::Communicator& comm,
-                                                             int64_t state_rows);
+                                                             int64_t state_rows,
+                                                             const RunnerOptions& options = {});
 
   // Collective. A failure on any rank comes back as ok = false with the failed rank and
   // its cause; the plan's requests are then failed, and nothing else is affected.
@@ -36,31 +51,46 @@ class ModelRunner {
   // logits and scoring text. Samples nothing.
   absl::StatusOr<std::vector<float>> ExecuteAllLogits(const StepPlan& plan);
 
+  // The step of `meta` as Execute runs it (through a decode graph when it takes one), with
+  // this rank's logits columns of the sampled rows (or every row when `all_rows`) copied to
+  // `logits`: for tests of the paths a step can take. Not followed by a status exchange.
+  absl::Status Forward(const StepMetadata& meta, bool all_rows, std::vector<float>& logits);
+
   const StatePool& state_pool() const { return pool_; }
-  model::Mamba2Model& model() { return model_; }
+  model::Model& model() { return model_; }
+  DecodeGraphs& decode_graphs() { return graphs_; }
 
  private:
-  ModelRunner(model::Mamba2Model& model, comm::Communicator& comm, StatePool pool)
+  ModelRunner(model::Model& model, Backend& backend, comm::Communicator& comm, StatePool pool,
+              const RunnerOptions& options)
       : model_(model),
         comm_(comm),
         pool_(std::move(pool)),
+        graphs_(model, options.cuda_graphs),
+        device_sampler_(backend, model.layout().vocab, model.config().vocab_size),
         sampler_(comm, model.layout().vocab, static_cast<int32_t>(model.config().vocab_size)) {}
 
-  model::Mamba2Model& model_;
-  comm::Communicator& comm_;
-  StatePool pool_;
-  Sampler sampler_;
+  // The step's forward pass; returns how many rows of the model's logits hold the sampled
+  // rows (every row when all_rows), in meta's order.
+  absl::StatusOr<int64_t> RunStep(const StepMetadata& meta, bool all_rows);
   // The sampler's calls for a step's rows, one per kind present, tokens in row order.
   absl::StatusOr<std::vector<SampledToken>> SampleRows(
       const std::vector<const ScheduledSequence*>& rows,
-      const std::vector<model::Mamba2Model::RowSampling>& kinds);
+      const std::vector<DeviceSampler::RowSampling>& kinds);
 
-  // Per step, reused: each sampled row's Gumbel parameters, and what the model answered
-  // for the rows (Mamba2Model::ForwardRows).
+  model::Model& model_;
+  comm::Communicator& comm_;
+  StatePool pool_;
+  DecodeGraphs graphs_;
+  DeviceSampler device_sampler_;
+  Sampler sampler_;
+
+  // Per step, reused: each sampled row's Gumbel parameters, and what the device answered
+  // for the rows.
   std::vector<float> gumbel_temperatures_;
   std::vector<uint64_t> gumbel_seeds_;
   std::vector<int32_t> gumbel_steps_;
-  model::Mamba2Model::RowAnswers answers_;
+  DeviceSampler::RowAnswers answers_;
 };
 
 }  // namespace coil

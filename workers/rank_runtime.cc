@@ -153,13 +153,13 @@ absl::Status RankRuntime::OpenDevice(BackendKind kind, BackendOptions options,
 }
 
 absl::Status RankRuntime::LoadModel(const std::string& model_dir, const model::LoadOptions& options,
-                                    int64_t state_rows) {
+                                    int64_t state_rows, const RunnerOptions& run) {
   COIL_RETURN_IF_ERROR(Agree([&]() -> absl::Status {
     if (backend_ == nullptr) return absl::FailedPreconditionError("LoadModel before OpenDevice");
-    COIL_ASSIGN_OR_RETURN(checkpoint_, model::OpenCheckpoint(model_dir));
-    COIL_ASSIGN_OR_RETURN(model_,
-                          model::Mamba2Model::Load(*checkpoint_, *backend_, model_comm(), options));
-    COIL_ASSIGN_OR_RETURN(runner_, ModelRunner::Create(*model_, *backend_, *comm_, state_rows));
+    COIL_ASSIGN_OR_RETURN(files_, model::OpenModelFiles(model_dir));
+    COIL_ASSIGN_OR_RETURN(model_, model::Model::Load(files_, *backend_, model_comm(), options));
+    COIL_ASSIGN_OR_RETURN(runner_,
+                          ModelRunner::Create(*model_, *backend_, *comm_, state_rows, run));
     return absl::OkStatus();
   }()));
 #if COIL_WITH_MPI

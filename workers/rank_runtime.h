@@ -25,8 +25,8 @@
 #include "scheduler/plan.h"
 #include "workers/comm/communicator.h"
 #include "workers/comm/step_activity.h"
-#include "workers/model/checkpoint.h"
-#include "workers/model/mamba2_model.h"
+#include "workers/model/model.h"
+#include "workers/model/model_files.h"
 #include "workers/model_runner.h"
 
 namespace coil {
@@ -80,8 +80,8 @@ class RankRuntime {
   // Phase 3, collective: opens the checkpoint in `model_dir`, loads this rank's shard and
   // makes a runner with `state_rows` state rows. Agreed.
   absl::Status LoadModel(const std::string& model_dir, const model::LoadOptions& options,
-                         int64_t state_rows);
-  model::Mamba2Model& model() { return *model_; }
+                         int64_t state_rows, const RunnerOptions& run = {});
+  model::Model& model() { return *model_; }
   ModelRunner& runner() { return *runner_; }
 
   // ---- after start-up ----
@@ -108,8 +108,8 @@ class RankRuntime {
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<comm::Communicator> model_comm_;  // NCCL between GPU ranks, else null
-  std::unique_ptr<model::Checkpoint> checkpoint_;
-  std::unique_ptr<model::Mamba2Model> model_;
+  model::ModelFiles files_;
+  std::unique_ptr<model::Model> model_;
   std::unique_ptr<ModelRunner> runner_;
 };
 

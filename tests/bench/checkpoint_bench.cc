@@ -9,11 +9,25 @@
 #include <string>
 
 #include "benchmark/benchmark.h"
-#include "workers/model/checkpoint.h"
+#include "workers/checkpoint/checkpoint.h"
+#include "workers/model/model_files.h"
 #include "workers/model/model_writer.h"
 
 namespace coil::model {
 namespace {
+
+using checkpoint::Checkpoint;
+using checkpoint::DType;
+using checkpoint::FileFormat;
+using checkpoint::KeyLayout;
+using checkpoint::TensorInfo;
+
+// A model directory's tensors, opened and checked against its config.
+absl::StatusOr<std::unique_ptr<Checkpoint>> OpenCheckpoint(const std::string& dir) {
+  absl::StatusOr<ModelFiles> files = OpenModelFiles(dir);
+  if (!files.ok()) return files.status();
+  return std::move(files->checkpoint);
+}
 
 constexpr int64_t kRows = 3352;
 constexpr int64_t kCols = 768;
@@ -34,7 +48,7 @@ class TempDir {
 
 // A directory holding one [kRows, kCols] tensor of `dtype` (opened without validation).
 std::unique_ptr<Checkpoint> OpenMatrix(const TempDir& temp, DType dtype) {
-  std::string dir = temp.Sub(std::string("matrix_") + DTypeName(dtype));
+  std::string dir = temp.Sub(std::string("matrix_") + checkpoint::DTypeName(dtype));
   ModelConfig config = *NamedModelShape("tiny");
   TensorData tensor;
   tensor.name = "w";
@@ -42,24 +56,24 @@ std::unique_ptr<Checkpoint> OpenMatrix(const TempDir& temp, DType dtype) {
   tensor.shape = {kRows, kCols};
   std::vector<float> values(kRows * kCols);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1000) * 1e-3f;
-  tensor.bytes.resize(values.size() * DTypeSize(dtype));
-  ConvertElements(values.data(), DType::kF32, tensor.bytes.data(), dtype, values.size());
+  tensor.bytes.resize(values.size() * checkpoint::DTypeSize(dtype));
+  checkpoint::ConvertElements(values.data(), DType::kF32, tensor.bytes.data(), dtype, values.size());
   if (!std::filesystem::exists(dir)) {
     (void)WriteModelDirectory(config, {tensor},
                               {KeyLayout::kHuggingFace, FileFormat::kSafetensors, 1}, dir);
   }
-  return std::move(*OpenCheckpointFiles(dir, config));
+  return std::move(*checkpoint::OpenCheckpointFiles(dir));
 }
 
 void BM_ReadRows(benchmark::State& state, DType from, DType to) {
   TempDir temp;
   std::unique_ptr<Checkpoint> checkpoint = OpenMatrix(temp, from);
-  std::vector<uint8_t> out(kRows * kCols * DTypeSize(to));
+  std::vector<uint8_t> out(kRows * kCols * checkpoint::DTypeSize(to));
   for (auto _ : state) {
     benchmark::DoNotOptimize(checkpoint->ReadRows("w", 0, kRows, to, absl::MakeSpan(out)));
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(state.iterations() * kRows * kCols * DTypeSize(from));
+  state.SetBytesProcessed(state.iterations() * kRows * kCols * checkpoint::DTypeSize(from));
 }
 BENCHMARK_CAPTURE(BM_ReadRows, f16_to_f32, DType::kF16, DType::kF32);
 BENCHMARK_CAPTURE(BM_ReadRows, f16_to_bf16, DType::kF16, DType::kBF16);
@@ -115,9 +129,9 @@ void BM_LoadModelDir(benchmark::State& state, DType to) {
     bytes = 0;
     for (const std::string& name : (*checkpoint)->TensorNames()) {
       TensorInfo info = *(*checkpoint)->Info(name);
-      std::vector<uint8_t> out(info.num_elements() * DTypeSize(to));
+      std::vector<uint8_t> out(info.num_elements() * checkpoint::DTypeSize(to));
       benchmark::DoNotOptimize((*checkpoint)->ReadTensor(name, to, absl::MakeSpan(out)));
-      bytes += info.num_elements() * DTypeSize(info.dtype);
+      bytes += info.num_elements() * checkpoint::DTypeSize(info.dtype);
     }
   }
   state.SetBytesProcessed(state.iterations() * bytes);

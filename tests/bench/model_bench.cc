@@ -33,7 +33,7 @@
 #include "common/command_line.h"
 #include "common/cpus.h"
 #include "workers/backend_flags.h"
-#include "workers/model/mamba2_model.h"
+#include "workers/model/model.h"
 #include "workers/model/model_config.h"
 #include "workers/model/model_writer.h"
 #include "workers/model_flags.h"
@@ -115,9 +115,10 @@ int Main(int argc, char** argv) {
     if (rank == 0) {
       dir = (std::filesystem::temp_directory_path() / absl::StrCat("coil_bench_130m_", ::getpid())).string();
       auto config = *model::NamedModelShape("130m");
-      const model::DType dtype = absl::GetFlag(FLAGS_dtype) == "f32" ? model::DType::kF32 : model::DType::kBF16;
+      const checkpoint::DType dtype =
+          absl::GetFlag(FLAGS_dtype) == "f32" ? checkpoint::DType::kF32 : checkpoint::DType::kBF16;
       written = model::WriteModelDirectory(
-          config, model::RandomModelTensors(config, dtype, model::DType::kF32, 1), model::WriteOptions{}, dir);
+          config, model::RandomModelTensors(config, dtype, checkpoint::DType::kF32, 1), model::WriteOptions{}, dir);
       std::snprintf(path, sizeof(path), "%s", dir.c_str());
     }
     const absl::Status agreed = runtime.Agree(written);
@@ -135,13 +136,16 @@ int Main(int argc, char** argv) {
   const int32_t prefill_seqs = std::max(1, absl::GetFlag(FLAGS_prefill_seqs));
 
   absl::Status started = runtime.OpenDevice(device->device, device->options);
-  if (started.ok()) started = runtime.LoadModel(dir, *load, std::max(max_batch, prefill_seqs));
+  if (started.ok()) {
+    started = runtime.LoadModel(dir, *load, std::max(max_batch, prefill_seqs),
+                                RunnerOptionsFromCommandLine());
+  }
   if (!started.ok()) {
     if (rank == 0) fail(started);
     return 1;
   }
   Backend* backend = &runtime.backend();
-  model::Mamba2Model* m = &runtime.model();
+  model::Model* m = &runtime.model();
   ModelRunner* runner = &runtime.runner();
   const double bandwidth = BoundFlag(absl::GetFlag(FLAGS_bandwidth_gbs), device->device, 4800.0) * 1e9;
   const double peak = BoundFlag(absl::GetFlag(FLAGS_peak_tflops), device->device, 989.0) * 1e12;
@@ -224,7 +228,7 @@ int Main(int argc, char** argv) {
       const double per_step = seconds / steps;
       const double bound = bandwidth > 0 ? (weight_bytes + 2.0 * state_bytes * batch) / bandwidth : 0;
       // A decode step's launches, when it replays a graph (CUDA): what its overhead scales with.
-      const int64_t nodes = m->graph_nodes(batch);
+      const int64_t nodes = runner->decode_graphs().nodes(batch);
       std::printf("| decode | %d | %.1f | %.4f | %.1f%% | %s | %s | %s |\n", batch,
                   batch * steps / seconds, per_step * 1e3, comm_share * 100,
                   BoundCell(bound * 1e3).c_str(), ShareCell(bound, per_step).c_str(),
@@ -232,10 +236,10 @@ int Main(int argc, char** argv) {
     }
     if (profile) {
       // The same steps op by op: a graph replay would hide its ops.
-      m->set_cuda_graphs(false);
+      runner->decode_graphs().set_enabled(false);
       decode_step();  // warm the eager path
       profiled(absl::StrCat("decode, batch ", batch, ", op by op"), steps, decode_step);
-      m->set_cuda_graphs(load->cuda_graphs);
+      runner->decode_graphs().set_enabled(RunnerOptionsFromCommandLine().cuda_graphs);
     }
   }
   const int32_t prompt = absl::GetFlag(FLAGS_prefill);

@@ -1,6 +1,6 @@
 // What each fuzz target does with one input, shared by the libFuzzer entry points
 // (fuzz_*.cc, built with -DCOIL_FUZZ=ON) and the corpus replay test of the normal build
-// (tests/unit/workers/model/fuzz_corpus_test.cc), so that an input saved in
+// (tests/unit/workers/checkpoint/fuzz_corpus_test.cc), so that an input saved in
 // tests/fuzz/corpus/<target>/ after a finding is replayed by every ctest run.
 #ifndef COIL_TESTS_FUZZ_FUZZ_BODIES_H_
 #define COIL_TESTS_FUZZ_FUZZ_BODIES_H_
@@ -11,12 +11,12 @@
 #include <string>
 
 #include "absl/types/span.h"
-#include "workers/model/checkpoint.h"
+#include "workers/checkpoint/pytorch_zip.h"
+#include "workers/checkpoint/safetensors.h"
+#include "workers/checkpoint/torch_pickle.h"
+#include "workers/checkpoint/zip_archive.h"
 #include "workers/model/model_config.h"
-#include "workers/model/pytorch_zip.h"
-#include "workers/model/safetensors.h"
-#include "workers/model/torch_pickle.h"
-#include "workers/model/zip_archive.h"
+#include "workers/model/model_files.h"
 
 namespace coil::fuzz {
 
@@ -30,24 +30,24 @@ inline void Touch(absl::Span<const uint8_t> bytes) {
 
 // The safetensors parser; accepted tensors are read in full.
 inline void FuzzSafetensors(const uint8_t* data, size_t size) {
-  auto tensors = model::ParseSafetensors({data, size}, "fuzz.safetensors");
+  auto tensors = checkpoint::ParseSafetensors({data, size}, "fuzz.safetensors");
   if (!tensors.ok()) return;
-  for (const model::StoredTensor& tensor : *tensors) Touch(tensor.bytes);
+  for (const checkpoint::StoredTensor& tensor : *tensors) Touch(tensor.bytes);
 }
 
 // The torch.save reader whole (zip, then the pickle inside), the zip reader, and the
 // unpickler alone, so the fuzzer reaches the pickle opcodes without forging a zip archive
 // with a valid CRC.
 inline void FuzzTorchZip(const uint8_t* data, size_t size) {
-  auto tensors = model::ParsePytorchZip({data, size}, "fuzz.bin");
+  auto tensors = checkpoint::ParsePytorchZip({data, size}, "fuzz.bin");
   if (tensors.ok()) {
-    for (const model::StoredTensor& tensor : *tensors) Touch(tensor.bytes);
+    for (const checkpoint::StoredTensor& tensor : *tensors) Touch(tensor.bytes);
   }
-  auto entries = model::ReadZipArchive({data, size}, "fuzz.zip");
+  auto entries = checkpoint::ReadZipArchive({data, size}, "fuzz.zip");
   if (entries.ok()) {
-    for (const model::ZipEntry& entry : *entries) Touch(entry.data);
+    for (const checkpoint::ZipEntry& entry : *entries) Touch(entry.data);
   }
-  (void)model::ParseTorchStateDict({data, size});
+  (void)checkpoint::ParseTorchStateDict({data, size});
 }
 
 // config.json parsing. An accepted config must survive a round trip through

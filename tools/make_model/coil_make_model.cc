@@ -19,7 +19,8 @@
 #include "common/data_files.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "workers/model/checkpoint.h"
+#include "workers/checkpoint/checkpoint.h"
+#include "workers/checkpoint/dtype.h"
 #include "workers/model/model_writer.h"
 
 ABSL_FLAG(std::string, shape, "tiny", "model shape: tiny or 130m");
@@ -40,6 +41,10 @@ ABSL_FLAG(std::vector<std::string>, set, {},
 
 namespace coil::model {
 namespace {
+
+using checkpoint::DType;
+using checkpoint::FileFormat;
+using checkpoint::KeyLayout;
 
 // Abseil keeps only the last occurrence of a flag; --set is meant to repeat.
 std::vector<std::string> CollectSetFlags(int argc, char** argv) {
@@ -107,10 +112,10 @@ absl::Status Run(const std::vector<std::string>& overrides) {
     config.vocab_size = config.padded_vocab_size();
     config.pad_vocab_size_multiple = 1;
   }
-  COIL_ASSIGN_OR_RETURN(DType dtype, ParseDType(absl::GetFlag(FLAGS_dtype)));
+  COIL_ASSIGN_OR_RETURN(DType dtype, checkpoint::ParseDType(absl::GetFlag(FLAGS_dtype)));
   DType vector_dtype = dtype;
   if (!absl::GetFlag(FLAGS_vector_dtype).empty()) {
-    COIL_ASSIGN_OR_RETURN(vector_dtype, ParseDType(absl::GetFlag(FLAGS_vector_dtype)));
+    COIL_ASSIGN_OR_RETURN(vector_dtype, checkpoint::ParseDType(absl::GetFlag(FLAGS_vector_dtype)));
   }
   std::vector<TensorData> tensors =
       RandomModelTensors(config, dtype, vector_dtype, absl::GetFlag(FLAGS_seed));
@@ -131,7 +136,7 @@ absl::Status Run(const std::vector<std::string>& overrides) {
                       << "; the model directory has no tokenizer.json";
   }
   COIL_LOG(INFO) << "wrote " << absl::GetFlag(FLAGS_shape) << " model (" << tensors.size()
-                 << " tensors, " << layout << " layout, " << format << ", " << DTypeName(dtype)
+                 << " tensors, " << layout << " layout, " << format << ", " << checkpoint::DTypeName(dtype)
                  << ") to " << out;
   return absl::OkStatus();
 }

@@ -12,7 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "workers/model/json_text.h"
+#include "workers/checkpoint/json_text.h"
 
 namespace coil::model {
 namespace {
@@ -60,7 +60,7 @@ class FieldReader {
     }
     low = field[0].get<double>();
     high = field[1].get<double>();
-    if (high >= kJsonInfinity) high = std::numeric_limits<double>::infinity();
+    if (high >= checkpoint::kJsonInfinity) high = std::numeric_limits<double>::infinity();
     if (std::isnan(low) || std::isnan(high) || low < 0 || high < low) {
       return absl::InvalidArgumentError(
           absl::StrCat("config field ", Path(key), " is ", field.dump(), "; need 0 <= min <= max"));
@@ -271,6 +271,19 @@ const char* ConfigFormatName(ConfigFormat format) {
   return format == ConfigFormat::kMambaSsm ? "mamba_ssm" : "hf";
 }
 
+const char* LayerKindName(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kMamba2: return "mamba2";
+  }
+  return "?";
+}
+
+int64_t ModelConfig::num_layers(LayerKind kind) const {
+  int64_t count = 0;
+  for (int64_t l = 0; l < n_layer; ++l) count += layer_kind(l) == kind ? 1 : 0;
+  return count;
+}
+
 int64_t ModelConfig::padded_vocab_size() const {
   int64_t multiple = pad_vocab_size_multiple > 0 ? pad_vocab_size_multiple : 1;
   return (vocab_size + multiple - 1) / multiple * multiple;
@@ -319,7 +332,7 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
-  COIL_ASSIGN_OR_RETURN(Json root, ParseJsonText(json_text, "config.json"));
+  COIL_ASSIGN_OR_RETURN(Json root, checkpoint::ParseJsonText(json_text, "config.json"));
   if (!root.is_object()) {
     return absl::InvalidArgumentError("config.json is not a JSON object; expected {...}");
   }
@@ -355,7 +368,8 @@ std::string ModelConfigToJson(const ModelConfig& config, ConfigFormat format) {
   Json root = Json::object();
   bool finite_limit = std::isfinite(config.time_step_max);
   Json limit =
-      Json::array({config.time_step_min, finite_limit ? config.time_step_max : kJsonInfinity});
+      Json::array({config.time_step_min,
+                   finite_limit ? config.time_step_max : checkpoint::kJsonInfinity});
   if (format == ConfigFormat::kMambaSsm) {
     root["d_model"] = config.d_model;
     root["d_intermediate"] = 0;

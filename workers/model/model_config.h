@@ -20,6 +20,10 @@ enum class ConfigFormat { kMambaSsm, kHuggingFace };
 
 const char* ConfigFormatName(ConfigFormat format);
 
+// The kind of one block's mixer.
+enum class LayerKind { kMamba2 };
+const char* LayerKindName(LayerKind kind);
+
 struct ModelConfig {
   ConfigFormat format = ConfigFormat::kMambaSsm;
   int64_t d_model = 0;
@@ -43,6 +47,10 @@ struct ModelConfig {
   double norm_epsilon = 1e-5;
   double time_step_min = 0.0;  // dt clamp (mamba_ssm dt_limit, HF time_step_limit)
   double time_step_max = std::numeric_limits<double>::infinity();
+
+  LayerKind layer_kind(int64_t layer) const { return LayerKind::kMamba2; }
+  // Blocks of `kind` among the n_layer.
+  int64_t num_layers(LayerKind kind) const;
 
   int64_t d_inner() const { return expand * d_model; }
   int64_t nheads() const { return d_inner() / headdim; }

@@ -9,11 +9,16 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "workers/model/pytorch_zip.h"
-#include "workers/model/safetensors.h"
+#include "workers/checkpoint/pytorch_zip.h"
+#include "workers/checkpoint/safetensors.h"
+#include "workers/model/model_files.h"
 
 namespace coil::model {
 namespace {
+
+using checkpoint::DType;
+using checkpoint::FileFormat;
+using checkpoint::KeyLayout;
 
 absl::Status WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
@@ -95,8 +100,8 @@ std::vector<TensorData> RandomModelTensors(const ModelConfig& config, DType matr
     } else {
       for (float& v : values) v = static_cast<float>(0.02 * rng.Normal());
     }
-    tensor.bytes.resize(count * DTypeSize(tensor.dtype));
-    ConvertElements(values.data(), DType::kF32, tensor.bytes.data(), tensor.dtype, count);
+    tensor.bytes.resize(count * checkpoint::DTypeSize(tensor.dtype));
+    checkpoint::ConvertElements(values.data(), DType::kF32, tensor.bytes.data(), tensor.dtype, count);
     tensors.push_back(std::move(tensor));
   }
   return tensors;
@@ -113,16 +118,17 @@ absl::Status WriteModelDirectory(const ModelConfig& config, const std::vector<Te
   COIL_RETURN_IF_ERROR(WriteFile(dir + "/config.json", ModelConfigToJson(config, config_format)));
 
   if (options.format == FileFormat::kPytorch) {
-    std::vector<PickledTensor> pickled;
+    std::vector<checkpoint::PickledTensor> pickled;
     std::vector<std::pair<std::string, absl::string_view>> storages;
     const TensorData* embedding = nullptr;
     std::string embedding_key;
     for (const TensorData& tensor : tensors) {
-      PickledTensor entry;
+      checkpoint::PickledTensor entry;
       entry.name = LayoutTensorKey(tensor.name, options.layout);
       entry.storage_key = std::to_string(storages.size());
       entry.dtype = tensor.dtype;
-      entry.storage_numel = static_cast<int64_t>(tensor.bytes.size() / DTypeSize(tensor.dtype));
+      entry.storage_numel =
+          static_cast<int64_t>(tensor.bytes.size() / checkpoint::DTypeSize(tensor.dtype));
       entry.shape = tensor.shape;
       entry.stride.assign(tensor.shape.size(), 1);
       for (size_t d = tensor.shape.size(); d-- > 1;) {
@@ -138,17 +144,17 @@ absl::Status WriteModelDirectory(const ModelConfig& config, const std::vector<Te
     bool has_head = false;
     for (const TensorData& tensor : tensors) has_head |= tensor.name == "lm_head.weight";
     if (config.tie_embeddings && embedding != nullptr && !has_head) {
-      PickledTensor head = pickled[embedding - tensors.data()];
+      checkpoint::PickledTensor head = pickled[embedding - tensors.data()];
       head.name = "lm_head.weight";
       head.storage_key = embedding_key;
       pickled.push_back(head);
     }
     return WriteFile(dir + "/pytorch_model.bin",
-                     WritePytorchZip("pytorch_model", pickled, storages));
+                     checkpoint::WritePytorchZip("pytorch_model", pickled, storages));
   }
 
   auto stored = [&](const TensorData& tensor) {
-    StoredTensor entry;
+    checkpoint::StoredTensor entry;
     entry.name = LayoutTensorKey(tensor.name, options.layout);
     entry.dtype = tensor.dtype;
     entry.shape = tensor.shape;
@@ -157,9 +163,9 @@ absl::Status WriteModelDirectory(const ModelConfig& config, const std::vector<Te
   };
   int shards = std::max(1, options.shards);
   if (shards == 1) {
-    std::vector<StoredTensor> entries;
+    std::vector<checkpoint::StoredTensor> entries;
     for (const TensorData& tensor : tensors) entries.push_back(stored(tensor));
-    return WriteFile(dir + "/model.safetensors", SerializeSafetensors(entries));
+    return WriteFile(dir + "/model.safetensors", checkpoint::SerializeSafetensors(entries));
   }
   // Contiguous runs of tensors per shard, as Hugging Face's sharding does by size.
   nlohmann::ordered_json index;
@@ -170,12 +176,12 @@ absl::Status WriteModelDirectory(const ModelConfig& config, const std::vector<Te
   size_t per_shard = (tensors.size() + shards - 1) / shards;
   for (int s = 0; s < shards; ++s) {
     std::string file = absl::StrFormat("model-%05d-of-%05d.safetensors", s + 1, shards);
-    std::vector<StoredTensor> entries;
+    std::vector<checkpoint::StoredTensor> entries;
     for (size_t i = s * per_shard; i < std::min(tensors.size(), (s + 1) * per_shard); ++i) {
       entries.push_back(stored(tensors[i]));
       index["weight_map"][entries.back().name] = file;
     }
-    COIL_RETURN_IF_ERROR(WriteFile(dir + "/" + file, SerializeSafetensors(entries)));
+    COIL_RETURN_IF_ERROR(WriteFile(dir + "/" + file, checkpoint::SerializeSafetensors(entries)));
   }
   return WriteFile(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
 }

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "workers/model/checkpoint.h"
-#include "workers/model/dtype.h"
+#include "workers/checkpoint/checkpoint.h"
+#include "workers/checkpoint/dtype.h"
 #include "workers/model/model_config.h"
 
 namespace coil::model {
@@ -18,19 +18,20 @@ namespace coil::model {
 // One tensor to write, under its canonical name, with its bytes in `dtype`.
 struct TensorData {
   std::string name;
-  DType dtype = DType::kF32;
+  checkpoint::DType dtype = checkpoint::DType::kF32;
   std::vector<int64_t> shape;
   std::string bytes;
 };
 
 struct WriteOptions {
-  KeyLayout layout = KeyLayout::kMambaSsm;  // also picks the config.json format
-  FileFormat format = FileFormat::kSafetensors;
+  // Also picks the config.json format.
+  checkpoint::KeyLayout layout = checkpoint::KeyLayout::kMambaSsm;
+  checkpoint::FileFormat format = checkpoint::FileFormat::kSafetensors;
   int shards = 1;  // safetensors only: >1 writes model.safetensors.index.json
 };
 
 // The key `canonical` has in `layout` (the inverse of CanonicalTensorName).
-std::string LayoutTensorKey(const std::string& canonical, KeyLayout layout);
+std::string LayoutTensorKey(const std::string& canonical, checkpoint::KeyLayout layout);
 
 // Writes `<dir>/config.json` and the tensor file(s); creates `dir` if needed. In the
 // pytorch format a tied model also gets lm_head.weight sharing the embedding's storage, as
@@ -43,8 +44,9 @@ absl::Status WriteModelDirectory(const ModelConfig& config, const std::vector<Te
 // which other tensors exist: matrices and conv weights N(0, 0.02), biases 0, A_log =
 // log U(1, 16), dt_bias = softplus^-1(dt) with dt log-uniform in [1e-3, 1e-1], D = 1, norm
 // weights 1. Tensors of rank >= 2 are stored in `matrix_dtype`, vectors in `vector_dtype`.
-std::vector<TensorData> RandomModelTensors(const ModelConfig& config, DType matrix_dtype,
-                                           DType vector_dtype, uint64_t seed);
+std::vector<TensorData> RandomModelTensors(const ModelConfig& config,
+                                           checkpoint::DType matrix_dtype,
+                                           checkpoint::DType vector_dtype, uint64_t seed);
 
 }  // namespace coil::model
 

@@ -36,7 +36,7 @@ absl::StatusOr<ShardLayout> MakeShardLayout(const ModelConfig& config, int tp_si
 StatePoolShape ShardStateShape(const ModelConfig& config, const ShardLayout& layout,
                                int64_t state_rows) {
   StatePoolShape shape;
-  shape.layers = config.n_layer;
+  shape.layers = config.num_layers(LayerKind::kMamba2);
   shape.state_rows = state_rows;
   shape.d_conv = config.d_conv;
   shape.conv_channels = layout.conv_channels();

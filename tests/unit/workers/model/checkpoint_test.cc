@@ -2,19 +2,39 @@
 // tied and untied heads, vocab padding and every rejection ValidateCheckpoint makes. The
 // expected bytes are the ones handed to the writer, so a reader that changes any bit, or
 // maps a key to the wrong canonical name, fails.
-#include "workers/model/checkpoint.h"
+#include "workers/model/model_files.h"
 
 #include <filesystem>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/unit/workers/model/test_util.h"
+#include "tests/unit/workers/checkpoint/test_util.h"
+#include "workers/checkpoint/checkpoint.h"
 #include "workers/model/model_writer.h"
-#include "workers/model/safetensors.h"
+#include "workers/checkpoint/safetensors.h"
 
 namespace coil::model {
 namespace {
+
+using checkpoint::Checkpoint;
+using checkpoint::DType;
+using checkpoint::F16ToF32;
+using checkpoint::F32ToBF16;
+using checkpoint::FileFormat;
+using checkpoint::KeyLayout;
+using checkpoint::ParseSafetensors;
+using checkpoint::SerializeSafetensors;
+using checkpoint::StoredTensor;
+using checkpoint::TensorInfo;
+namespace testing = checkpoint::testing;
+
+// A model directory's tensors, opened and checked against its config (OpenModelFiles).
+absl::StatusOr<std::unique_ptr<Checkpoint>> OpenCheckpoint(const std::string& dir) {
+  absl::StatusOr<ModelFiles> files = OpenModelFiles(dir);
+  if (!files.ok()) return files.status();
+  return std::move(files->checkpoint);
+}
 
 using ::testing::HasSubstr;
 using testing::ScratchDir;
@@ -48,13 +68,13 @@ TEST(CheckpointTest, FourLayoutFormatCombinationsLoadIdenticalTensors) {
     int index = 0;
     for (KeyLayout layout : {KeyLayout::kMambaSsm, KeyLayout::kHuggingFace}) {
       for (FileFormat format : {FileFormat::kSafetensors, FileFormat::kPytorch}) {
-        std::string dir = Write(scratch, absl::StrCat(DTypeName(dtype), index++), Tiny(), tensors,
+        std::string dir = Write(scratch, absl::StrCat(checkpoint::DTypeName(dtype), index++), Tiny(), tensors,
                                 layout, format);
         absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = OpenCheckpoint(dir);
         ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
         EXPECT_EQ((*checkpoint)->layout(), layout);
         EXPECT_EQ((*checkpoint)->format(), format);
-        EXPECT_EQ((*checkpoint)->config().padded_vocab_size(), 256);
+        EXPECT_EQ(OpenModelFiles(dir)->config.padded_vocab_size(), 256);
         for (const TensorData& tensor : tensors) {
           absl::StatusOr<TensorInfo> info = (*checkpoint)->Info(tensor.name);
           ASSERT_TRUE(info.ok()) << info.status();
@@ -202,7 +222,7 @@ TEST(CheckpointTest, VocabIsPaddedToTheMultiple) {
       Write(scratch, "padded", config, tensors, KeyLayout::kMambaSsm, FileFormat::kSafetensors);
   absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = OpenCheckpoint(dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  EXPECT_EQ((*checkpoint)->config().vocab_size, 257);
+  EXPECT_EQ(OpenModelFiles(dir)->config.vocab_size, 257);
   EXPECT_EQ((*checkpoint)->Info("embedding.weight")->rows(), 264);
   // An embedding left unpadded is a wrong shape.
   tensors.front().shape = {257, 64};
@@ -292,10 +312,10 @@ TEST(CheckpointTest, RealTorchSaveLayoutFromCPython) {
   // testdata/torch_like.bin: pickled and zipped by CPython (make_fixtures.py), values
   // listed there. Opened without validation: it is not a whole model.
   ScratchDir scratch;
-  std::filesystem::copy_file(std::string(COIL_MODEL_TESTDATA) + "/torch_like.bin",
+  std::filesystem::copy_file(std::string(COIL_CHECKPOINT_TESTDATA) + "/torch_like.bin",
                              scratch.Sub("pytorch_model.bin"));
   absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint =
-      OpenCheckpointFiles(scratch.path(), Tiny());
+      checkpoint::OpenCheckpointFiles(scratch.path());
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   const Checkpoint& c = **checkpoint;
   EXPECT_EQ(c.TensorNames(), std::vector<std::string>({"conv", "embedding.weight", "lm_head.weight",

@@ -9,12 +9,28 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/unit/workers/model/test_util.h"
-#include "workers/model/checkpoint.h"
+#include "tests/unit/workers/checkpoint/test_util.h"
+#include "workers/checkpoint/checkpoint.h"
+#include "workers/model/model_files.h"
 #include "workers/model/model_writer.h"
 
 namespace coil::model {
 namespace {
+
+using checkpoint::Checkpoint;
+using checkpoint::DType;
+using checkpoint::FileFormat;
+using checkpoint::KeyLayout;
+using checkpoint::StoredTensor;
+using checkpoint::TensorInfo;
+namespace testing = checkpoint::testing;
+
+// A model directory's tensors, opened and checked against its config (OpenModelFiles).
+absl::StatusOr<std::unique_ptr<Checkpoint>> OpenCheckpoint(const std::string& dir) {
+  absl::StatusOr<ModelFiles> files = OpenModelFiles(dir);
+  if (!files.ok()) return files.status();
+  return std::move(files->checkpoint);
+}
 
 using testing::ScratchDir;
 
@@ -99,7 +115,7 @@ TEST(MakeModelTest, SetOverridesConfigFields) {
             0);
   absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = OpenCheckpoint(dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  const ModelConfig& config = (*checkpoint)->config();
+  const ModelConfig config = OpenModelFiles(dir)->config;
   EXPECT_EQ(config.ngroups, 4);
   EXPECT_EQ(config.d_state, 32);
   EXPECT_FALSE(config.tie_embeddings);
@@ -125,7 +141,7 @@ TEST(MakeModelTest, CopiesTheShippedTokenizer) {
   ScratchDir scratch;
   ASSERT_EQ(MakeModel("--shape tiny --out " + scratch.Sub("m")), 0);
   // The build tree's share/coil/ holds a copy of the source tree's file; the model gets it.
-  const std::string source = std::string(COIL_MODEL_TESTDATA) +
+  const std::string source = std::string(COIL_CHECKPOINT_TESTDATA) +
                              "/../../../../../engine/tokenizer/gpt-neox-20b/tokenizer.json";
   ASSERT_TRUE(std::filesystem::exists(source)) << source;
   EXPECT_EQ(testing::ReadFileBytes(scratch.Sub("m/tokenizer.json")), testing::ReadFileBytes(source));

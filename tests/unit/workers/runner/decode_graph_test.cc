@@ -14,7 +14,7 @@
 #include "kernels/backend_factory.h"
 #include "tests/unit/workers/runner/runner_fixture.h"
 #include "workers/sampler.h"
-#include "workers/step_metadata.h"
+#include "workers/model/step_metadata.h"
 
 namespace coil {
 namespace {
@@ -127,7 +127,7 @@ TEST(DecodeBucketTest, PaddingAppendsScratchEntriesAfterTheRealOnes) {
 }
 
 std::unique_ptr<LoadedModel> LoadTiny(const std::string& name, int64_t state_rows) {
-  auto dir = testing_reference::WriteShape(name, "tiny", model::DType::kF32, {});
+  auto dir = testing_reference::WriteShape(name, "tiny", checkpoint::DType::kF32, {});
   EXPECT_TRUE(dir.ok()) << dir.status();
   BackendOptions options;
   options.threads = 2;
@@ -143,7 +143,7 @@ std::unique_ptr<LoadedModel> LoadTiny(const std::string& name, int64_t state_row
 TEST(DecodePaddingTest, SamplingEveryRowEqualsGatheringTheSampledRows) {
   std::vector<std::unique_ptr<LoadedModel>> models;
   for (const char* name : {"every_row", "gathered"}) {
-    auto dir = testing_reference::WriteShape(name, "tiny", model::DType::kBF16, {});
+    auto dir = testing_reference::WriteShape(name, "tiny", checkpoint::DType::kBF16, {});
     ASSERT_TRUE(dir.ok()) << dir.status();
     BackendOptions options;
     options.threads = 2;
@@ -168,8 +168,7 @@ TEST(DecodePaddingTest, SamplingEveryRowEqualsGatheringTheSampledRows) {
     auto meta = BuildStepMetadata(PlanOf(step, 2), models[m]->model->config().padded_vocab_size(), 4);
     ASSERT_TRUE(meta.ok());
     EXPECT_EQ(SamplesEveryRow(*meta), m == 0);
-    auto& pool = const_cast<StatePool&>(models[m]->runner->state_pool());
-    ASSERT_TRUE(models[m]->model->Forward(*meta, pool, false, logits[m]).ok());
+    ASSERT_TRUE(models[m]->runner->Forward(*meta, false, logits[m]).ok());
   }
   const size_t width = logits[1].size() / 2;
   ASSERT_EQ(logits[0].size(), 3 * width);
@@ -199,8 +198,7 @@ HostStep StepOnHost(LoadedModel& host, const StepPlan& plan) {
   auto meta = BuildStepMetadata(plan, host.model->config().padded_vocab_size(), 8);
   EXPECT_TRUE(meta.ok()) << meta.status();
   if (!meta.ok()) return step;
-  auto& pool = const_cast<StatePool&>(host.runner->state_pool());
-  EXPECT_TRUE(host.model->Forward(*meta, pool, false, step.logits).ok());
+  EXPECT_TRUE(host.runner->Forward(*meta, false, step.logits).ok());
   for (int32_t s : meta->sample_sequences) step.rows.push_back(&plan.sequences[s]);
   Sampler sampler(host.comm, host.model->layout().vocab,
                   static_cast<int32_t>(host.model->config().vocab_size));
@@ -260,10 +258,10 @@ TEST(DecodePaddingTest, PaddedDecodeKeepsTheRealRowsAndEveryOtherStateRow) {
   auto& plain_pool = const_cast<StatePool&>(plain->runner->state_pool());
   auto& padded_pool = const_cast<StatePool&>(padded->runner->state_pool());
   std::vector<float> plain_logits, padded_logits;
-  ASSERT_TRUE(plain->model->Forward(*meta, plain_pool, false, plain_logits).ok());
+  ASSERT_TRUE(plain->runner->Forward(*meta, false, plain_logits).ok());
   const StepMetadata padded_meta =
       PadDecodeBatch(*meta, DecodeBucket(3), static_cast<int32_t>(kRows));
-  ASSERT_TRUE(padded->model->Forward(padded_meta, padded_pool, false, padded_logits).ok());
+  ASSERT_TRUE(padded->runner->Forward(padded_meta, false, padded_logits).ok());
   ASSERT_EQ(padded_logits.size(), plain_logits.size() / 3 * 4);
   for (size_t i = 0; i < plain_logits.size(); ++i) {
     ASSERT_EQ(padded_logits[i], plain_logits[i]) << "element " << i;
@@ -399,7 +397,7 @@ TEST(GreedyDevicePathTest, OnlyStepsWhoseRowsAreAllPlainGreedyQualify) {
 
 // SampleGreedy against Sample on hand-made logits: ties, a padded id holding the largest
 // value, negative values. The per-rank argmax comes from the CPU backend's Argmax over the
-// real columns, as Mamba2Model::ForwardRows takes it.
+// real columns, as DeviceSampler takes it.
 TEST(GreedyDevicePathTest, SampleGreedyAgreesWithSampleOnTiesAndPaddedIds) {
   constexpr int32_t kVocab = 13, kPadded = 16, kRows = 3;
   std::vector<float> logits(kRows * kPadded, 0.0f);

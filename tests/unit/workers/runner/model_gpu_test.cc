@@ -14,7 +14,7 @@
 #include "kernels/backend_factory.h"
 #include "tests/unit/workers/runner/runner_fixture.h"
 #include "tests/unit/workers/runner/thread_ranks.h"
-#include "workers/step_metadata.h"
+#include "workers/model/step_metadata.h"
 #if COIL_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -51,7 +51,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeGpuBackend(bool pdl = false) {
   }                                                       \
   ASSERT_TRUE(var.ok()) << var.status()
 
-std::string Write130m(const std::string& name, model::DType dtype) {
+std::string Write130m(const std::string& name, checkpoint::DType dtype) {
   auto dir = testing_reference::WriteShape(name, "130m", dtype, {{"n_layer", "4"}});
   EXPECT_TRUE(dir.ok()) << dir.status();
   return dir.ok() ? *dir : std::string();
@@ -73,9 +73,9 @@ std::unique_ptr<LoadedModel> LoadCpu(const std::string& dir, int64_t state_rows)
 
 // A prefill step mixing a long prompt (chunks of 256 and a partial one), a short one and a
 // one-token one, then a step of their decodes: GPU logits against CPU logits.
-void ExpectGpuMatchesCpu(model::DType dtype, double tolerance) {
+void ExpectGpuMatchesCpu(checkpoint::DType dtype, double tolerance) {
   COIL_GPU_OR_SKIP(gpu_backend);
-  const std::string dir = Write130m(dtype == model::DType::kF32 ? "gpu_f32" : "gpu_bf16", dtype);
+  const std::string dir = Write130m(dtype == checkpoint::DType::kF32 ? "gpu_f32" : "gpu_bf16", dtype);
   std::unique_ptr<LoadedModel> gpu = Load(dir, std::move(gpu_backend).value(), 4);
   std::unique_ptr<LoadedModel> cpu = LoadCpu(dir, 4);
   ASSERT_TRUE(gpu && cpu);
@@ -105,18 +105,18 @@ void ExpectGpuMatchesCpu(model::DType dtype, double tolerance) {
 }
 
 TEST(Mamba2GpuTest, Bf16LogitsMatchTheCpuWithinBf16Tolerance) {
-  ExpectGpuMatchesCpu(model::DType::kBF16, 2e-2);
+  ExpectGpuMatchesCpu(checkpoint::DType::kBF16, 2e-2);
 }
 
 TEST(Mamba2GpuTest, F32LogitsMatchTheCpuWithinATighterBound) {
-  ExpectGpuMatchesCpu(model::DType::kF32, 1e-3);
+  ExpectGpuMatchesCpu(checkpoint::DType::kF32, 1e-3);
 }
 
 // Greedy tokens: a 600-token prompt in one step, and in steps of 256, 256 and 88 (chunk
 // multiples) on another slot, then 6 greedy decodes each; the tokens must agree.
 TEST(Mamba2GpuTest, GreedyTokensOfAPromptSplitOverThreeStepsEqualOneStep) {
   COIL_GPU_OR_SKIP(gpu_backend);
-  const std::string dir = Write130m("gpu_split", model::DType::kBF16);
+  const std::string dir = Write130m("gpu_split", checkpoint::DType::kBF16);
   std::unique_ptr<LoadedModel> gpu = Load(dir, std::move(gpu_backend).value(), 4);
   ASSERT_TRUE(gpu);
   const std::vector<int32_t> prompt =
@@ -158,10 +158,10 @@ TEST(Mamba2GpuTest, GreedyTokensOfAPromptSplitOverThreeStepsEqualOneStep) {
 void ExpectGraphDecodeMatchesEager(int n) {
   COIL_GPU_OR_SKIP(gpu_backend);
   constexpr int64_t kRows = 8;
-  const std::string dir = Write130m("gpu_graph_" + std::to_string(n), model::DType::kBF16);
+  const std::string dir = Write130m("gpu_graph_" + std::to_string(n), checkpoint::DType::kBF16);
   std::unique_ptr<LoadedModel> gpu = Load(dir, std::move(gpu_backend).value(), kRows);
   ASSERT_TRUE(gpu);
-  ASSERT_TRUE(gpu->model->graphs_enabled());
+  ASSERT_TRUE(gpu->runner->decode_graphs().enabled());
   const int32_t vocab = static_cast<int32_t>(gpu->model->config().vocab_size);
   std::vector<std::vector<int32_t>> prompts;
   std::vector<ScheduledSequence> prefill, decodes;
@@ -181,27 +181,27 @@ void ExpectGraphDecodeMatchesEager(int n) {
   ASSERT_TRUE(before.ok());
 
   std::vector<float> graph_logits, again, padded_logits, eager_logits;
-  ASSERT_TRUE(gpu->model->Forward(*meta, pool, false, graph_logits).ok());
-  EXPECT_EQ(gpu->model->graph_captures(), 1);
-  EXPECT_EQ(gpu->model->graph_replays(), 1);
+  ASSERT_TRUE(gpu->runner->Forward(*meta, false, graph_logits).ok());
+  EXPECT_EQ(gpu->runner->decode_graphs().captures(), 1);
+  EXPECT_EQ(gpu->runner->decode_graphs().replays(), 1);
   // A decode layer is 4 launches (AddRmsNorm, in_proj, MixerDecode, out_proj); around them
   // the embedding, the final norm (writing lm_head's bf16 rows: no gather, no conversion)
   // and lm_head, and a few more at most.
   const int64_t layers = gpu->model->config().n_layer;
-  EXPECT_GT(gpu->model->graph_nodes(n), 4 * layers);
-  EXPECT_LE(gpu->model->graph_nodes(n), 4 * layers + 12);
+  EXPECT_GT(gpu->runner->decode_graphs().nodes(n), 4 * layers);
+  EXPECT_LE(gpu->runner->decode_graphs().nodes(n), 4 * layers + 12);
   auto after_graph = testing_reference::SnapshotState(*gpu->backend, pool);
   ASSERT_TRUE(after_graph.ok());
 
   ASSERT_TRUE(testing_reference::RestoreState(*gpu->backend, pool, *before).ok());
-  ASSERT_TRUE(gpu->model->Forward(*meta, pool, false, again).ok());
-  EXPECT_EQ(gpu->model->graph_captures(), 1) << "the second replay must not capture again";
+  ASSERT_TRUE(gpu->runner->Forward(*meta, false, again).ok());
+  EXPECT_EQ(gpu->runner->decode_graphs().captures(), 1) << "the second replay must not capture again";
   EXPECT_EQ(again, graph_logits) << "two replays of the same step differ";
 
-  gpu->model->set_cuda_graphs(false);
+  gpu->runner->decode_graphs().set_enabled(false);
   ASSERT_TRUE(testing_reference::RestoreState(*gpu->backend, pool, *before).ok());
   const StepMetadata padded = PadDecodeBatch(*meta, DecodeBucket(n), static_cast<int32_t>(kRows));
-  ASSERT_TRUE(gpu->model->Forward(padded, pool, false, padded_logits).ok());
+  ASSERT_TRUE(gpu->runner->Forward(padded, false, padded_logits).ok());
   auto after_padded = testing_reference::SnapshotState(*gpu->backend, pool);
   ASSERT_TRUE(after_padded.ok());
   ASSERT_GE(padded_logits.size(), graph_logits.size());
@@ -220,7 +220,7 @@ void ExpectGraphDecodeMatchesEager(int n) {
   }
 
   ASSERT_TRUE(testing_reference::RestoreState(*gpu->backend, pool, *before).ok());
-  ASSERT_TRUE(gpu->model->Forward(*meta, pool, false, eager_logits).ok());
+  ASSERT_TRUE(gpu->runner->Forward(*meta, false, eager_logits).ok());
   ASSERT_EQ(eager_logits.size(), graph_logits.size());
   EXPECT_LT(WorstRowError(graph_logits, eager_logits,
                           static_cast<size_t>(gpu->model->layout().vocab.size())),
@@ -232,7 +232,7 @@ void ExpectGraphDecodeMatchesEager(int n) {
 TEST(Mamba2GpuTest, FusedMixerDecodeEqualsItsThreeOps) {
   COIL_GPU_OR_SKIP(gpu_backend);
   constexpr int64_t kRows = 4;
-  const std::string dir = Write130m("gpu_fused_mixer", model::DType::kBF16);
+  const std::string dir = Write130m("gpu_fused_mixer", checkpoint::DType::kBF16);
   std::unique_ptr<LoadedModel> gpu = Load(dir, std::move(gpu_backend).value(), kRows);
   ASSERT_TRUE(gpu);
   const int32_t vocab = static_cast<int32_t>(gpu->model->config().vocab_size);
@@ -273,7 +273,7 @@ TEST(Mamba2GpuTest, ProgrammaticDependentLaunchGivesTheSameLogits) {
   auto pdl_backend = MakeGpuBackend(/*pdl=*/true);
   if (absl::IsUnavailable(pdl_backend.status())) GTEST_SKIP() << pdl_backend.status();
   ASSERT_TRUE(pdl_backend.ok()) << pdl_backend.status();
-  const std::string dir = Write130m("gpu_pdl", model::DType::kBF16);
+  const std::string dir = Write130m("gpu_pdl", checkpoint::DType::kBF16);
   std::unique_ptr<LoadedModel> models[2] = {Load(dir, std::move(plain_backend).value(), 4),
                                             Load(dir, std::move(pdl_backend).value(), 4)};
   ASSERT_TRUE(models[0] && models[1]);
@@ -297,8 +297,7 @@ TEST(Mamba2GpuTest, ProgrammaticDependentLaunchGivesTheSameLogits) {
                                     models[m]->model->config().padded_vocab_size(), 4);
       ASSERT_TRUE(meta.ok());
       std::vector<float> step_logits;
-      auto& pool = const_cast<StatePool&>(models[m]->runner->state_pool());
-      ASSERT_TRUE(models[m]->model->Forward(*meta, pool, false, step_logits).ok());
+      ASSERT_TRUE(models[m]->runner->Forward(*meta, false, step_logits).ok());
       const size_t width = step_logits.size() / 3;
       for (int i = 0; i < 3; ++i) {  // the greedy token, appended to each prompt
         const auto row = step_logits.begin() + i * width;
@@ -307,7 +306,7 @@ TEST(Mamba2GpuTest, ProgrammaticDependentLaunchGivesTheSameLogits) {
       }
       logits[m].insert(logits[m].end(), step_logits.begin(), step_logits.end());
     }
-    EXPECT_GT(models[m]->model->graph_replays(), 0);
+    EXPECT_GT(models[m]->runner->decode_graphs().replays(), 0);
   }
   EXPECT_EQ(logits[1], logits[0]);
 }
@@ -326,7 +325,7 @@ TEST(Mamba2GpuTest, TwoShardsOnOneGpuGiveTheTp1TokensAndLogits) {
   for (const int ngroups : {1, 2}) {
     SCOPED_TRACE(absl::StrCat(ngroups, " group(s)"));
     const auto dir = testing_reference::WriteShape(absl::StrCat("gpu_tp2_g", ngroups), "tiny",
-                                                   model::DType::kF32,
+                                                   checkpoint::DType::kF32,
                                                    {{"ngroups", absl::StrCat(ngroups)}});
     ASSERT_TRUE(dir.ok()) << dir.status();
     const auto gpu = [](int) { return MakeGpuBackend(); };
@@ -344,7 +343,7 @@ TEST(Mamba2GpuTest, TwoShardsOnOneGpuGiveTheTp1TokensAndLogits) {
 // tokens, bit for bit, on both ranks.
 TEST(Mamba2GpuTest, TwoShardsOnOneGpuFusedMixerEqualsItsOps) {
   { COIL_GPU_OR_SKIP(probe); }
-  const auto dir = testing_reference::WriteShape("gpu_tp2_fused", "tiny", model::DType::kBF16,
+  const auto dir = testing_reference::WriteShape("gpu_tp2_fused", "tiny", checkpoint::DType::kBF16,
                                                  {{"ngroups", "1"}});
   ASSERT_TRUE(dir.ok()) << dir.status();
   const auto gpu = [](int) {  // with programmatic dependent launch where the GPU has it

@@ -21,8 +21,8 @@
 #include "tests/unit/workers/runner/runner_fixture.h"
 #include "tests/unit/workers/runner/test_models.h"
 #include "workers/comm/single_rank_communicator.h"
-#include "workers/model/checkpoint.h"
-#include "workers/model/mamba2_model.h"
+#include "workers/model/model_files.h"
+#include "workers/model/model.h"
 #include "workers/model/model_config.h"
 #include "workers/model/model_writer.h"
 #include "workers/model_runner.h"
@@ -32,7 +32,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using model::ConfigFormat;
-using model::DType;
+using checkpoint::DType;
 
 std::string TempDir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() /
@@ -44,8 +44,8 @@ std::string TempDir(const std::string& name) {
 // Writes the tiny shape (8 heads, 2 groups, chunk 8) with `sets` applied.
 std::string WriteTiny(const std::string& name, DType matrix_dtype,
                       const std::vector<std::pair<std::string, std::string>>& sets = {},
-                      model::KeyLayout layout = model::KeyLayout::kMambaSsm,
-                      model::FileFormat format = model::FileFormat::kSafetensors) {
+                      checkpoint::KeyLayout layout = checkpoint::KeyLayout::kMambaSsm,
+                      checkpoint::FileFormat format = checkpoint::FileFormat::kSafetensors) {
   auto config = model::NamedModelShape("tiny");
   EXPECT_TRUE(config.ok());
   for (const auto& [key, value] : sets) EXPECT_TRUE(model::SetModelConfigField(*config, key, value).ok());
@@ -65,16 +65,16 @@ using Loaded = testing_reference::LoadedModel;
 std::unique_ptr<Loaded> Load(const std::string& dir, bool reference, int64_t state_rows = 4,
                              model::WeightType weights = model::WeightType::kAuto) {
   auto loaded = std::make_unique<Loaded>();
-  auto checkpoint = model::OpenCheckpoint(dir);
-  EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
-  loaded->checkpoint = std::move(checkpoint).value();
+  auto files = model::OpenModelFiles(dir);
+  EXPECT_TRUE(files.ok()) << files.status();
+  loaded->files = std::move(files).value();
   BackendOptions options;
   options.threads = 2;
   options.use_reference = reference;
   loaded->backend = std::move(CreateBackend(BackendKind::kCpu, options)).value();
   model::LoadOptions load;
   load.weight_type = weights;
-  auto m = model::Mamba2Model::Load(*loaded->checkpoint, *loaded->backend, loaded->comm, load);
+  auto m = model::Model::Load(loaded->files, *loaded->backend, loaded->comm, load);
   EXPECT_TRUE(m.ok()) << m.status();
   loaded->model = std::move(m).value();
   loaded->runner = std::move(ModelRunner::Create(*loaded->model, *loaded->backend, loaded->comm, state_rows)).value();
@@ -131,7 +131,7 @@ void ExpectMatchesReference(const std::string& dir, bool reference_mode, double 
   const std::vector<int32_t> tokens = RandomTokens(prompt_length, static_cast<int32_t>(config.vocab_size), 11);
   auto logits = loaded->runner->ExecuteAllLogits(Plan({Seq(1, 0, tokens, 0, prompt_length)}));
   ASSERT_TRUE(logits.ok()) << logits.status();
-  testing_reference::ReferenceModel reference(*loaded->checkpoint);
+  testing_reference::ReferenceModel reference(loaded->files);
   const int64_t vocab = config.padded_vocab_size();
   double worst = 0.0;
   for (int t = 0; t < prompt_length; ++t) {
@@ -232,8 +232,8 @@ TEST(Mamba2ModelTest, LogitsDoNotDependOnTheBatch) {
 TEST(Mamba2ModelTest, FourLayoutsAndFormatsGiveIdenticalLogits) {
   std::vector<float> first;
   int index = 0;
-  for (auto layout : {model::KeyLayout::kMambaSsm, model::KeyLayout::kHuggingFace}) {
-    for (auto format : {model::FileFormat::kSafetensors, model::FileFormat::kPytorch}) {
+  for (auto layout : {checkpoint::KeyLayout::kMambaSsm, checkpoint::KeyLayout::kHuggingFace}) {
+    for (auto format : {checkpoint::FileFormat::kSafetensors, checkpoint::FileFormat::kPytorch}) {
       const std::string dir = WriteTiny("layout" + std::to_string(index++), DType::kF16, {}, layout, format);
       auto loaded = Load(dir, false);
       auto logits = loaded->runner->ExecuteAllLogits(Plan({Seq(1, 0, RandomTokens(10, 250, 3), 0, 10)}));
@@ -241,7 +241,7 @@ TEST(Mamba2ModelTest, FourLayoutsAndFormatsGiveIdenticalLogits) {
       if (first.empty()) {
         first = *logits;
       } else {
-        EXPECT_EQ(*logits, first) << model::KeyLayoutName(layout) << " " << model::FileFormatName(format);
+        EXPECT_EQ(*logits, first) << checkpoint::KeyLayoutName(layout) << " " << checkpoint::FileFormatName(format);
       }
     }
   }

@@ -10,15 +10,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "workers/model/checkpoint.h"
+#include "workers/model/model_files.h"
 
 namespace coil::testing_reference {
 
 class ReferenceModel {
  public:
-  explicit ReferenceModel(const model::Checkpoint& ckpt) : c_(ckpt.config()) {
+  explicit ReferenceModel(const model::ModelFiles& files) : c_(files.config) {
     auto read = [&](const std::string& name) {
-      auto values = ckpt.ReadF32(name);
+      auto values = files.checkpoint->ReadF32(name);
       EXPECT_TRUE(values.ok()) << values.status();
       return std::vector<double>(values->begin(), values->end());
     };

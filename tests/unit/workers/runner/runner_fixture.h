@@ -22,8 +22,8 @@
 #include "kernels/backend.h"
 #include "tests/unit/workers/runner/test_models.h"
 #include "workers/comm/single_rank_communicator.h"
-#include "workers/model/checkpoint.h"
-#include "workers/model/mamba2_model.h"
+#include "workers/model/model_files.h"
+#include "workers/model/model.h"
 #include "workers/model/model_config.h"
 #include "workers/model/model_writer.h"
 #include "workers/model_runner.h"
@@ -33,7 +33,7 @@ namespace coil::testing_reference {
 // Writes the named shape ("tiny", "130m") with `sets` applied and amplified random weights
 // (test_models.h); returns the directory.
 inline absl::StatusOr<std::string> WriteShape(
-    const std::string& name, const std::string& shape, model::DType matrix_dtype,
+    const std::string& name, const std::string& shape, checkpoint::DType matrix_dtype,
     const std::vector<std::pair<std::string, std::string>>& sets) {
   absl::StatusOr<model::ModelConfig> config = model::NamedModelShape(shape);
   if (!config.ok()) return config.status();
@@ -45,7 +45,7 @@ inline absl::StatusOr<std::string> WriteShape(
                                     absl::StrCat("coil_runner_fixture_", ::getpid(), "_", name);
   std::filesystem::create_directories(dir);
   std::vector<model::TensorData> tensors =
-      model::RandomModelTensors(*config, matrix_dtype, model::DType::kF32, 7);
+      model::RandomModelTensors(*config, matrix_dtype, checkpoint::DType::kF32, 7);
   Amplify(tensors);
   const absl::Status written = model::WriteModelDirectory(*config, tensors, {}, dir.string());
   if (!written.ok()) return written;
@@ -54,10 +54,10 @@ inline absl::StatusOr<std::string> WriteShape(
 
 // A model on `backend` (owned here) with one rank and a runner over `state_rows` rows.
 struct LoadedModel {
-  std::unique_ptr<model::Checkpoint> checkpoint;
+  model::ModelFiles files;
   std::unique_ptr<Backend> backend;
   comm::SingleRankCommunicator comm;
-  std::unique_ptr<model::Mamba2Model> model;
+  std::unique_ptr<model::Model> model;
   std::unique_ptr<ModelRunner> runner;
 };
 
@@ -67,13 +67,13 @@ inline absl::StatusOr<std::unique_ptr<LoadedModel>> LoadOn(const std::string& di
                                                            model::WeightType weights) {
   auto loaded = std::make_unique<LoadedModel>();
   loaded->backend = std::move(backend);
-  auto checkpoint = model::OpenCheckpoint(dir);
-  if (!checkpoint.ok()) return checkpoint.status();
-  loaded->checkpoint = std::move(checkpoint).value();
+  auto files = model::OpenModelFiles(dir);
+  if (!files.ok()) return files.status();
+  loaded->files = std::move(files).value();
   model::LoadOptions options;
   options.weight_type = weights;
   auto model =
-      model::Mamba2Model::Load(*loaded->checkpoint, *loaded->backend, loaded->comm, options);
+      model::Model::Load(loaded->files, *loaded->backend, loaded->comm, options);
   if (!model.ok()) return model.status();
   loaded->model = std::move(model).value();
   auto runner = ModelRunner::Create(*loaded->model, *loaded->backend, loaded->comm, state_rows);

@@ -22,7 +22,7 @@ inline void Amplify(std::vector<model::TensorData>& tensors) {
                         t.name.find("out_proj") != std::string::npos ||
                         t.name.find("conv1d.weight") != std::string::npos;
     if (!scaled) continue;
-    if (t.dtype == model::DType::kF32) {
+    if (t.dtype == checkpoint::DType::kF32) {
       for (size_t i = 0; i + 4 <= t.bytes.size(); i += 4) {
         float v;
         std::memcpy(&v, &t.bytes[i], 4);
@@ -30,7 +30,7 @@ inline void Amplify(std::vector<model::TensorData>& tensors) {
         std::memcpy(&t.bytes[i], &v, 4);
       }
     } else {  // bf16 and f16: add 4 to the exponent field of every non-zero value
-      const int shift = t.dtype == model::DType::kBF16 ? 7 : 10;
+      const int shift = t.dtype == checkpoint::DType::kBF16 ? 7 : 10;
       for (size_t i = 0; i + 2 <= t.bytes.size(); i += 2) {
         uint16_t bits;
         std::memcpy(&bits, &t.bytes[i], 2);

@@ -19,8 +19,8 @@
 #include "kernels/backend.h"
 #include "tests/unit/workers/runner/runner_fixture.h"
 #include "workers/comm/thread_communicator.h"
-#include "workers/model/checkpoint.h"
-#include "workers/model/mamba2_model.h"
+#include "workers/model/model_files.h"
+#include "workers/model/model.h"
 #include "workers/model_runner.h"
 
 namespace coil::testing_reference {
@@ -63,9 +63,9 @@ inline std::vector<RankOutputs> RunOnThreadRanks(
       };
       auto backend = make_backend(rank);
       fatal(backend.status());
-      auto checkpoint = model::OpenCheckpoint(dir);
-      fatal(checkpoint.status());
-      auto model = model::Mamba2Model::Load(**checkpoint, **backend, comm, load);
+      auto files = model::OpenModelFiles(dir);
+      fatal(files.status());
+      auto model = model::Model::Load(*files, **backend, comm, load);
       fatal(model.status());
       auto runner = ModelRunner::Create(**model, **backend, comm, 2);
       fatal(runner.status());

@@ -21,8 +21,8 @@
 #include "tests/unit/workers/runner/test_models.h"
 #include "workers/comm/communicator.h"
 #include "workers/comm/single_rank_communicator.h"
-#include "workers/model/checkpoint.h"
-#include "workers/model/mamba2_model.h"
+#include "workers/model/model_files.h"
+#include "workers/model/model.h"
 #include "workers/model/model_config.h"
 #include "workers/model/model_writer.h"
 #include "workers/model_runner.h"
@@ -43,7 +43,7 @@ std::string SharedTinyModel(comm::Communicator& comm, const std::string& name,
                          absl::StrCat("coil_tp_test_", ::getpid(), "_", name);
     fs::create_directories(dir);
     std::vector<model::TensorData> tensors =
-        model::RandomModelTensors(*config, model::DType::kF32, model::DType::kF32, 3);
+        model::RandomModelTensors(*config, checkpoint::DType::kF32, checkpoint::DType::kF32, 3);
     testing_reference::Amplify(tensors);
     EXPECT_TRUE(model::WriteModelDirectory(*config, tensors, model::WriteOptions{}, dir.string()).ok());
     std::snprintf(path, sizeof(path), "%s", dir.c_str());
@@ -53,19 +53,19 @@ std::string SharedTinyModel(comm::Communicator& comm, const std::string& name,
 }
 
 struct Instance {
-  std::unique_ptr<model::Checkpoint> checkpoint;
+  model::ModelFiles files;
   std::unique_ptr<Backend> backend;
-  std::unique_ptr<model::Mamba2Model> model;
+  std::unique_ptr<model::Model> model;
   std::unique_ptr<ModelRunner> runner;
 };
 
 std::unique_ptr<Instance> Build(const std::string& dir, comm::Communicator& comm) {
   auto instance = std::make_unique<Instance>();
-  instance->checkpoint = std::move(model::OpenCheckpoint(dir)).value();
+  instance->files = std::move(model::OpenModelFiles(dir)).value();
   BackendOptions options;
   options.threads = 1;
   instance->backend = std::move(CreateBackend(BackendKind::kCpu, options)).value();
-  auto m = model::Mamba2Model::Load(*instance->checkpoint, *instance->backend, comm, {});
+  auto m = model::Model::Load(instance->files, *instance->backend, comm, {});
   EXPECT_TRUE(m.ok()) << m.status();
   instance->model = std::move(m).value();
   instance->runner = std::move(ModelRunner::Create(*instance->model, *instance->backend, comm, 2)).value();
@@ -191,8 +191,8 @@ TEST(TensorParallelErrorTest, ARankThatCannotGrowItsScratchFailsTheStepOnEveryRa
   auto failing = std::make_unique<AllocationFailingBackend>(
       std::move(CreateBackend(BackendKind::kCpu, options)).value());
   AllocationFailingBackend& backend = *failing;
-  auto checkpoint = std::move(model::OpenCheckpoint(dir)).value();
-  auto m = model::Mamba2Model::Load(*checkpoint, backend, *world, {});
+  auto files = std::move(model::OpenModelFiles(dir)).value();
+  auto m = model::Model::Load(files, backend, *world, {});
   ASSERT_TRUE(m.ok()) << m.status();
   auto runner = ModelRunner::Create(**m, backend, *world, 2);
   ASSERT_TRUE(runner.ok()) << runner.status();

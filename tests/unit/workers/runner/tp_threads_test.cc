@@ -32,7 +32,7 @@ TEST_P(ThreadRanksTest, ShardsGiveTheTp1TokensAndLogits) {
   // inside a group or reach into the next.
   if (c.ngroups == 3) sets.push_back({"d_model", "96"});
   const auto dir = testing_reference::WriteShape(absl::StrCat("tp_threads_", c.tp, "_", c.ngroups),
-                                                 "tiny", model::DType::kF32, sets);
+                                                 "tiny", checkpoint::DType::kF32, sets);
   ASSERT_TRUE(dir.ok()) << dir.status();
   const auto cpu = [](int) { return CreateBackend(BackendKind::kCpu, {.threads = 1}); };
   const std::vector<int32_t> prompt = testing_reference::TokensBelow(250, 23, 17);
