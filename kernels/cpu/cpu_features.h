@@ -1,8 +1,11 @@
 // What the host CPU can run, detected once per process; the kernels dispatch on it at run
 // time so one binary uses AVX-512 BF16 where it exists and a portable path where it
-// does not.
+// does not. COIL_CPU_PORTABLE=1 in the environment reports none of it, so that tests run
+// the portable forms on a machine that has AVX-512.
 #ifndef COIL_KERNELS_CPU_CPU_FEATURES_H_
 #define COIL_KERNELS_CPU_CPU_FEATURES_H_
+
+#include <cstdlib>
 
 namespace coil {
 
@@ -19,6 +22,8 @@ struct CpuFeatures {
  private:
   static CpuFeatures Detect() {
     CpuFeatures f;
+    const char* portable = std::getenv("COIL_CPU_PORTABLE");
+    if (portable != nullptr && portable[0] != '\0' && portable[0] != '0') return f;
 #if defined(__x86_64__)
     __builtin_cpu_init();
     f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
