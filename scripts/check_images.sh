@@ -226,7 +226,8 @@ start_container() {
   ctr=$(buildah from --pull=never --name "coil-check-$$-$name" "$image")
   containers+=("$ctr")
   local env_args=() setting
-  for setting in COIL_MODEL=/models/m COIL_HOST=127.0.0.1 COIL_PORT=0 COIL_METRICS_PORT=0 \
+  # Loopback only (the image's default for /metrics is every address, for Prometheus).
+  for setting in COIL_MODEL=/models/m COIL_HOST=127.0.0.1 COIL_METRICS_HOST=127.0.0.1 COIL_PORT=0 COIL_METRICS_PORT=0 \
       COIL_THREADS=1 COIL_DRAIN_TIMEOUT=10 "$@"; do
     env_args+=(--env "$setting")
   done

@@ -105,7 +105,8 @@ start() {  # start NAME ENV...: the entrypoint in host A with the given settings
   shift
   rm -f "$work/$name.port"
   # Not through in_a: $server_pid must be the entrypoint itself, not a subshell.
-  ip netns exec "$host_a" env COIL_MODEL="$work/model" COIL_HOST=127.0.0.1 COIL_PORT=0 COIL_METRICS_PORT=0 \
+  ip netns exec "$host_a" env COIL_MODEL="$work/model" COIL_HOST=127.0.0.1 COIL_METRICS_HOST=127.0.0.1 \
+    COIL_PORT=0 COIL_METRICS_PORT=0 \
     COIL_THREADS="$threads" COIL_DRAIN_TIMEOUT=10 COIL_SERVE="$serve" TMPDIR="$work" "$@" \
     bash "$entrypoint" --port-file "$work/$name.port" >"$work/$name.log" 2>&1 &
   server_pid=$!
