@@ -197,8 +197,11 @@ entrypoint=${entrypoint% }
 [[ "$user" == 10001:10001 ]] || fail "the image runs as '$user'; the manifests expect 10001:10001"
 [[ -n "$entrypoint" ]] || fail "the image has no entrypoint"
 current=$(buildah inspect --type image --format '{{.FromImageID}}' "$image")
-# The previous run's image, now untagged (its layers below the programs stay as the cache).
+# The previous run's image, now untagged, and the untagged images a build leaves (the
+# prebuilt stage): the layers below the programs, parents of the new image, stay as the
+# cache.
 if [[ -n "$previous" && "$previous" != "$current" ]]; then buildah rmi "$previous" >/dev/null 2>&1 || true; fi
+buildah rmi --prune >/dev/null 2>&1 || true
 size=$(buildah images --format '{{.Size}}' "$image")
 log "built $image ($size), user $user, entrypoint $entrypoint"
 phase_done "image build"
