@@ -5,6 +5,9 @@
 // only decides which elements are computed together, never how, so row m of y is the same
 // for any M (docs/ARCHITECTURE.md §6). With bf16 weights the x row is rounded to bf16 and
 // the products taken by vdpbf16ps where the CPU has AVX-512 BF16.
+// Where the CPU has AMX, bf16 weights (with K even) take the tiles instead, for every M: each
+// element of y is then one sum over the k pairs in ascending order (the tile instruction's
+// order), again whatever M, the tiling or the threads.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -18,8 +21,10 @@
 #include <immintrin.h>
 #endif
 
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/transpose16.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace coil {
@@ -43,8 +48,7 @@ void Bf16RowValues(const Tensor& x, int64_t m, int64_t k_count, float* out) {
 }
 
 // ---------------------------------------------------------------- reference
-void MatmulRef(const Tensor& x, const Tensor& w, const Tensor& y, int64_t m_begin,
-               int64_t m_end) {
+void MatmulRef(const Tensor& x, const Tensor& w, const Tensor& y, int64_t m_begin, int64_t m_end) {
   const int64_t n_count = w.dim(0), k_count = w.dim(1);
   std::vector<float> xrow(w.dtype() == DType::kBF16 ? static_cast<size_t>(k_count) : 0);
   for (int64_t m = m_begin; m < m_end; ++m) {
@@ -135,8 +139,8 @@ COIL_AVX512 inline void StoreSums(float* y, __m128 sums, int nr) {
 
 // MR x NR tile, bf16 x (padded with zeros to a multiple of 32) times bf16 W rows.
 template <int MR, int NR>
-COIL_AVX512_BF16 void TileBf16(const uint16_t* xb, int64_t ldx, const uint16_t* w,
-                               int64_t k_count, float* y, int64_t ldy) {
+COIL_AVX512_BF16 void TileBf16(const uint16_t* xb, int64_t ldx, const uint16_t* w, int64_t k_count,
+                               float* y, int64_t ldy) {
   __m512 acc[MR][4];
   for (int i = 0; i < MR; ++i) {
     for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
@@ -222,12 +226,13 @@ using Bf16TileFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, 
 using F32TileFn = void (*)(const float*, int64_t, const void*, int64_t, float*, int64_t);
 
 // [mr - 1][nr - 1] -> the tile kernel for the edge sizes.
-#define COIL_ROW_BF16(MR) {&TileBf16<MR, 1>, &TileBf16<MR, 2>, &TileBf16<MR, 3>, &TileBf16<MR, 4>}
+#define COIL_ROW_BF16(MR) \
+  { &TileBf16<MR, 1>, &TileBf16<MR, 2>, &TileBf16<MR, 3>, &TileBf16<MR, 4> }
 constexpr Bf16TileFn kBf16Tiles[4][4] = {COIL_ROW_BF16(1), COIL_ROW_BF16(2), COIL_ROW_BF16(3),
                                          COIL_ROW_BF16(4)};
 #undef COIL_ROW_BF16
 #define COIL_ROW_F32(WT, MR) \
-  {&TileF32<WT, MR, 1>, &TileF32<WT, MR, 2>, &TileF32<WT, MR, 3>, &TileF32<WT, MR, 4>}
+  { &TileF32<WT, MR, 1>, &TileF32<WT, MR, 2>, &TileF32<WT, MR, 3>, &TileF32<WT, MR, 4> }
 constexpr F32TileFn kF32Tiles[4][4] = {COIL_ROW_F32(DType::kF32, 1), COIL_ROW_F32(DType::kF32, 2),
                                        COIL_ROW_F32(DType::kF32, 3), COIL_ROW_F32(DType::kF32, 4)};
 constexpr F32TileFn kF16Tiles[4][4] = {COIL_ROW_F32(DType::kF16, 1), COIL_ROW_F32(DType::kF16, 2),
@@ -278,6 +283,141 @@ struct AlignedArray {
   };
   std::unique_ptr<T, Free> data;
 };
+
+// ---------------------------------------------------------------- AMX (bf16 weights)
+// y^T = W x^T on the tiles: A = 16 rows of W x 32 k (read in place, or from a zero-padded
+// copy at the N and K edges), B = 16 rows of x as 16 k pairs x 16 rows (xv, below), C = 16
+// W rows x 16 x rows, transposed into y. Blocks of 32 W rows x 32 x rows take 4 C tiles.
+constexpr int64_t kAmxRows = 32;  // W rows per block (two A tiles); the ParallelFor grain
+
+// `count` bf16 of this thread's scratch, reused call after call.
+uint16_t* RowScratchBf16(int64_t count) {
+  thread_local std::vector<uint16_t> scratch;
+  if (scratch.size() < static_cast<size_t>(count)) scratch.resize(static_cast<size_t>(count));
+  return scratch.data();
+}
+
+// x rows [16 mb, 16 mb + 16) as B tiles: for k step ks, the tile's row j holds the pair
+// (32 ks + 2 j, + 1) of each of the 16 rows, zeros past M and K:
+// xv[((mb * k_pairs + 16 ks + j) * 16 + col) * 2 + (k & 1)]. `stage` holds 16 x kp bf16.
+COIL_AVX512_BF16 void PackAmxRows(const Tensor& x, int64_t mb, int64_t m_count, int64_t k_count,
+                                  int64_t kp, uint16_t* stage, uint16_t* xv) {
+  std::memset(stage, 0, sizeof(uint16_t) * 16 * kp);
+  for (int64_t r = 0; r < 16 && 16 * mb + r < m_count; ++r) {
+    const int64_t m = 16 * mb + r;
+    if (x.dtype() == DType::kBF16) {
+      std::memcpy(stage + r * kp, RowBf16(x, m), sizeof(uint16_t) * k_count);
+    } else {
+      RowToBf16(RowF32(x, m), stage + r * kp, k_count);
+    }
+  }
+  uint16_t* out = xv + mb * kp * 16;  // (kp / 2 pairs) x 16 columns x 2
+  for (int64_t ks = 0; ks < kp / 32; ++ks) {
+    __m512 rows[16];
+    for (int r = 0; r < 16; ++r) rows[r] = _mm512_loadu_ps(stage + r * kp + 32 * ks);
+    Transpose16x16(rows);
+    for (int j = 0; j < 16; ++j) _mm512_storeu_ps(out + (16 * ks + j) * 32, rows[j]);
+  }
+}
+
+// C tile (16 W rows x 16 x rows, in `c`) -> y[m, n0 .. n0 + n_valid) for its valid rows m.
+COIL_AVX512 void StoreTransposed(const float* c, const Tensor& y, int64_t m0, int64_t m_valid,
+                                 int64_t n0, int64_t n_valid) {
+  __m512 rows[16];
+  for (int r = 0; r < 16; ++r) rows[r] = _mm512_loadu_ps(c + 16 * r);
+  Transpose16x16(rows);
+  const __mmask16 mask = static_cast<__mmask16>(n_valid >= 16 ? 0xffffu : (1u << n_valid) - 1);
+  for (int64_t j = 0; j < m_valid; ++j)
+    _mm512_mask_storeu_ps(RowF32(y, m0 + j) + n0, mask, rows[j]);
+}
+
+// The k loop of one block: C tiles 0 (A 4 x B 6), 1 (4 x 7), 2 (5 x 6), 3 (5 x 7), the
+// second A (W rows 16-31) and B (x rows 16-31) only where they exist.
+template <bool kTwoA, bool kTwoB>
+COIL_AMX void AmxBlock(const uint16_t* a, int64_t lda, const uint16_t* b0, int64_t k_steps) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const uint16_t* b1 = b0 + k_steps * 16 * 32;
+  for (int64_t ks = 0; ks < k_steps; ++ks) {
+    _tile_loadd(4, a + 32 * ks, lda * 2);
+    _tile_loadd(6, b0 + ks * 16 * 32, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (kTwoA) {
+      _tile_loadd(5, a + 16 * lda + 32 * ks, lda * 2);
+      _tile_dpbf16ps(2, 5, 6);
+    }
+    if constexpr (kTwoB) {
+      _tile_loadd(7, b1 + ks * 16 * 32, 64);
+      _tile_dpbf16ps(1, 4, 7);
+      if constexpr (kTwoA) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+}
+
+// y rows [0, M) x columns [n_begin, n_end) from the packed x (xv, kp bf16 per row).
+COIL_AMX void AmxMatmulRange(const uint16_t* w, int64_t k_count, const uint16_t* xv, int64_t kp,
+                             int64_t m_count, const Tensor& y, int64_t n_begin, int64_t n_end) {
+  const int64_t m_blocks = (m_count + 15) / 16, k_steps = kp / 32;
+  std::vector<uint16_t> panel;  // W rows at the edges, zero-padded to 32 x kp
+  alignas(64) float c[4][256];
+  ConfigureFullTiles();
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += kAmxRows) {
+    const int64_t rows = std::min(kAmxRows, n_end - n0);
+    const uint16_t* a = w + n0 * k_count;
+    int64_t lda = k_count;
+    if (rows < kAmxRows || kp != k_count) {
+      panel.assign(static_cast<size_t>(kAmxRows * kp), 0);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(panel.data() + r * kp, w + (n0 + r) * k_count, sizeof(uint16_t) * k_count);
+      }
+      a = panel.data();
+      lda = kp;
+    }
+    const bool two_a = rows > 16;
+    for (int64_t mb = 0; mb < m_blocks; mb += 2) {
+      const bool two_b = mb + 1 < m_blocks;
+      const uint16_t* b0 = xv + mb * kp * 16;
+      if (two_a && two_b) {
+        AmxBlock<true, true>(a, lda, b0, k_steps);
+      } else if (two_a) {
+        AmxBlock<true, false>(a, lda, b0, k_steps);
+      } else if (two_b) {
+        AmxBlock<false, true>(a, lda, b0, k_steps);
+      } else {
+        AmxBlock<false, false>(a, lda, b0, k_steps);
+      }
+      _tile_stored(0, c[0], 64);
+      _tile_stored(1, c[1], 64);
+      _tile_stored(2, c[2], 64);
+      _tile_stored(3, c[3], 64);
+      for (int i = 0; i < (two_a ? 2 : 1); ++i) {
+        for (int j = 0; j < (two_b ? 2 : 1); ++j) {
+          const int64_t m0 = 16 * (mb + j);
+          StoreTransposed(c[2 * i + j], y, m0, std::min<int64_t>(16, m_count - m0), n0 + 16 * i,
+                          std::min<int64_t>(16, rows - 16 * i));
+        }
+      }
+    }
+  }
+  ReleaseTiles();
+}
+
+void AmxMatmul(const CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor& y) {
+  const int64_t m_count = x.dim(0), n_count = w.dim(0), k_count = w.dim(1);
+  const int64_t kp = (k_count + 31) / 32 * 32, m_blocks = (m_count + 15) / 16;
+  AlignedArray<uint16_t> xv(m_blocks * 16 * kp);
+  ctx.pool->ParallelFor(m_blocks, 1, [&](int64_t begin, int64_t end) {
+    uint16_t* stage = RowScratchBf16(16 * kp);
+    for (int64_t mb = begin; mb < end; ++mb)
+      PackAmxRows(x, mb, m_count, k_count, kp, stage, xv.get());
+  });
+  const uint16_t* wp = w.data<uint16_t>();
+  ctx.pool->ParallelFor(n_count, kAmxRows, [&](int64_t n_begin, int64_t n_end) {
+    AmxMatmulRange(wp, k_count, xv.get(), kp, m_count, y, n_begin, n_end);
+  });
+}
 #endif  // __x86_64__
 
 }  // namespace
@@ -293,6 +433,10 @@ void CpuMatmul(const CpuContext& ctx, const Tensor& x, const Tensor& w, const Te
   }
   const CpuFeatures& cpu = CpuFeatures::Get();
 #if defined(__x86_64__)
+  if (w.dtype() == DType::kBF16 && cpu.amx_bf16 && k_count % 2 == 0) {
+    AmxMatmul(ctx, x, w, y);
+    return;
+  }
   if (w.dtype() == DType::kBF16 && cpu.avx512_bf16) {
     const int64_t ldx = (k_count + 31) / 32 * 32;
     AlignedArray<uint16_t> xb(m_count * ldx);

@@ -5,8 +5,11 @@
 //    a chunk, y = (C B^T . L) (dt x) + exp(cumsum A dt) C h_prev, then the state is carried to
 //    the chunk's end. A piece never crosses a multiple of chunk_size of the absolute
 //    position, so a prompt split at chunk multiples computes the same pieces as whole.
-// Each (sequence, head) is computed by one thread in a fixed order; the batch and the
-// thread count never change a result.
+// With SsmScanOptions::bf16_products, on a CPU with AMX or AVX-512 BF16 (and headdim a
+// multiple of 16, d_state of 32), the SSD form's three products take bf16 operands with
+// fp32 sums (Bf16Gemm), as mamba_ssm's kernels do for bf16 activations; otherwise they
+// stay fp32. Each (sequence, head) is computed by one thread in a fixed order; the batch
+// and the thread count never change a result.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -19,8 +22,10 @@
 #include <immintrin.h>
 #endif
 
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/transpose16.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace coil {
@@ -36,7 +41,9 @@ struct Dims {
 struct Piece {
   int64_t row0;       // first packed row
   int64_t length;     // >= 2
-  int64_t cb_offset;  // into the C B^T workspace: [groups][length][length]
+  int64_t cb_offset;  // into the C B^T workspace: [groups][length][length] (fp32 form),
+                      // [groups][Lp][Lp] (bf16 form, Lp = length rounded up to 32)
+  int64_t bv_offset;  // bf16 form: into the pair-interleaved B workspace, [groups][Lp/2][N]
 };
 
 inline float DtRef(float dt, float bias, const SsmScanOptions& o) {
@@ -105,7 +112,6 @@ COIL_VECTORIZE void DecayCoefficients(const float* cb, const double* cum, double
   }
 }
 
-
 #if defined(__x86_64__)
 #define COIL_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 
@@ -170,11 +176,9 @@ COIL_AVX512 void YRowsAvx512(const float* const* ct, const float* h_t, int64_t n
     const int64_t width = p0 + 64 <= p_count ? 64 : 16;
     for (int r = 0; r < R; ++r) shifted[r] = out[r] + p0;
     if (width == 64) {
-      YBlock<R, 4>(ct, h_t + p0, n_count, p_count, e_t, coef, x0 + p0, x_stride, count, d,
-                   shifted);
+      YBlock<R, 4>(ct, h_t + p0, n_count, p_count, e_t, coef, x0 + p0, x_stride, count, d, shifted);
     } else {
-      YBlock<R, 1>(ct, h_t + p0, n_count, p_count, e_t, coef, x0 + p0, x_stride, count, d,
-                   shifted);
+      YBlock<R, 1>(ct, h_t + p0, n_count, p_count, e_t, coef, x0 + p0, x_stride, count, d, shifted);
     }
     p0 += width;
   }
@@ -183,13 +187,13 @@ COIL_AVX512 void YRowsAvx512(const float* const* ct, const float* h_t, int64_t n
 // h[p + r, n0 .. n0 + 16 NV) = decay h + sum_s (w[s] x[s, p + r]) b[s] for r < R: R rows
 // share the loads of b.
 template <int R, int NV>
-COIL_AVX512 void StateBlock(float* hp, int64_t ldh, float decay, const float* w,
-                            const float* x0, int64_t x_stride, const float* b0,
-                            int64_t b_stride, int64_t count) {
+COIL_AVX512 void StateBlock(float* hp, int64_t ldh, float decay, const float* w, const float* x0,
+                            int64_t x_stride, const float* b0, int64_t b_stride, int64_t count) {
   __m512 acc[R][NV];
   const __m512 dv = _mm512_set1_ps(decay);
   for (int r = 0; r < R; ++r) {
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_mul_ps(_mm512_loadu_ps(hp + r * ldh + 16 * v), dv);
+    for (int v = 0; v < NV; ++v)
+      acc[r][v] = _mm512_mul_ps(_mm512_loadu_ps(hp + r * ldh + 16 * v), dv);
   }
   for (int64_t s = 0; s < count; ++s) {
     const float* bs = b0 + s * b_stride;
@@ -244,14 +248,15 @@ COIL_AVX512 void CbAvx512(const float* c0, int64_t c_stride, const float* bt, in
       for (int64_t n = 0; n < n_count; ++n) {
         const __m512 cn = _mm512_set1_ps(ct[n]);
         const float* row = bt + n * ldb + s0;
-        for (int v = 0; v < 4; ++v) acc[v] = _mm512_fmadd_ps(cn, _mm512_loadu_ps(row + 16 * v), acc[v]);
+        for (int v = 0; v < 4; ++v)
+          acc[v] = _mm512_fmadd_ps(cn, _mm512_loadu_ps(row + 16 * v), acc[v]);
       }
       for (int v = 0; v < 4; ++v) {
         const int64_t first = s0 + 16 * v;
         if (first >= length) break;
         const int64_t valid = std::min<int64_t>(16, length - first);
-        _mm512_mask_storeu_ps(cb + t * length + first,
-                              static_cast<__mmask16>((1u << valid) - 1), acc[v]);
+        _mm512_mask_storeu_ps(cb + t * length + first, static_cast<__mmask16>((1u << valid) - 1),
+                              acc[v]);
       }
     }
   }
@@ -292,8 +297,8 @@ struct ChunkWorkspace {
 };
 
 // One SSD piece for one head: writes y rows [row0, row0 + length) and advances h.
-void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor& c,
-               const float* cb, const Dims& dims, int64_t head, float a, float d, float bias,
+void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor& c, const float* cb,
+               const Dims& dims, int64_t head, float a, float d, float bias,
                const SsmScanOptions& options, int64_t row0, int64_t length, float* h,
                const Tensor& y, ChunkWorkspace& ws, bool avx512) {
   const int64_t P = dims.headdim, N = dims.d_state, g = dims.GroupOf(head);
@@ -342,8 +347,8 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
     for (int64_t s = 0; s < length; ++s) {
       ws.coef[s] = ExpF(static_cast<float>(cum_end - ws.cum[s])) * ws.dtv[s];
     }
-    StateUpdateAvx512(h, P, N, ExpF(static_cast<float>(cum_end)), ws.coef.data(), x0,
-                      x.stride(0), RowF32(b, row0) + g * N, b.stride(0), length);
+    StateUpdateAvx512(h, P, N, ExpF(static_cast<float>(cum_end)), ws.coef.data(), x0, x.stride(0),
+                      RowF32(b, row0) + g * N, b.stride(0), length);
     return;
   }
 #endif
@@ -378,6 +383,251 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
   }
 }
 
+// ---------------------------------------------------------------- bf16 products
+// The SSD piece as three Bf16Gemm products, every operand rounded to bf16 (round to nearest
+// even) and every sum fp32, over the piece padded with zeros to Lp = a multiple of 32 rows:
+//   per piece and group (shared by its heads): cb = C B^T, and B pair-interleaved over s;
+//   per head: y = [e_t C_t | coef_t] . [h_prev ; x] with e_t = exp(cum_t) and
+//     coef_t[s] = cb[t, s] exp(cum_t - cum_s) dt_s for s <= t (0 above), then + D x_t;
+//     h = exp(cum_end) h + (w x)^T B with w_s = exp(cum_end - cum_s) dt_s.
+// The exps of coef are factored per block of 32 rows starting at r: exp(cum_t - cum_s) =
+// exp(cum_t - cum_r) exp(cum_r - cum_s) for s < r (both factors <= 1, cum falls), and
+// taken directly within the block.
+#if defined(__x86_64__)
+constexpr int64_t kBf16Block = 32;
+
+inline int64_t PaddedLength(int64_t length) {
+  return (length + kBf16Block - 1) / kBf16Block * kBf16Block;
+}
+
+#define COIL_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+// dst[i] = bf16(src[i]) for i < n (n a multiple of 16).
+COIL_AVX512_BF16 void ToBf16(const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+  }
+}
+
+// dst[i] = bf16(scale src[i]) for i < n (n a multiple of 16).
+COIL_AVX512_BF16 void ScaledToBf16(const float* src, float scale, int64_t n, uint16_t* dst) {
+  const __m512 sv = _mm512_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + i), sv)));
+  }
+}
+
+// dst[i] = (bf16(r0[i]), bf16(r1[i])) as one word, low half first, for i < n (n a multiple
+// of 16); r1 null reads zeros.
+COIL_AVX512_BF16 void PairRows(const float* r0, const float* r1, int64_t n, uint32_t* dst) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(r0 + i)));
+    __m512i word = lo;
+    if (r1 != nullptr) {
+      const __m512i hi =
+          _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(r1 + i)));
+      word = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+    }
+    _mm512_storeu_si512(dst + i, word);
+  }
+}
+
+// dst[c, r] = src[r, c] for 32-bit values, rows and cols multiples of 16.
+COIL_AVX512_BF16 void TransposeWords(const uint32_t* src, int64_t ld_src, int64_t rows,
+                                     int64_t cols, uint32_t* dst, int64_t ld_dst) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+      __m512 v[16];
+      for (int i = 0; i < 16; ++i) {
+        v[i] = _mm512_castsi512_ps(_mm512_loadu_si512(src + (r0 + i) * ld_src + c0));
+      }
+      Transpose16x16(v);
+      for (int i = 0; i < 16; ++i) {
+        _mm512_storeu_si512(dst + (c0 + i) * ld_dst + r0, _mm512_castps_si512(v[i]));
+      }
+    }
+  }
+}
+
+// out[s] = (cb[s] u) v[s] for s in [0, n).
+COIL_VECTORIZE void FactoredCoefficients(const float* cb, float u, const float* v, float* out,
+                                         int64_t n) {
+  for (int64_t s = 0; s < n; ++s) out[s] = cb[s] * u * v[s];
+}
+
+// The diagonal block's decays: out[t, s] = exp(cum[t] - cum[s]) dtv[s] for t, s < 32
+// (values above the diagonal are never used).
+COIL_VECTORIZE void BlockDecays(const double* cum, const float* dtv, float* out) {
+  for (int64_t t = 0; t < kBf16Block; ++t) {
+    const double cum_t = cum[t];
+    for (int64_t s = 0; s < kBf16Block; ++s) {
+      out[t * kBf16Block + s] = ExpF(static_cast<float>(cum_t - cum[s])) * dtv[s];
+    }
+  }
+}
+
+// out[s] = cb[s] d[s] for s <= last, 0 above, over one row of the diagonal block.
+COIL_VECTORIZE void MaskedProducts(const float* cb, const float* d, int64_t last, float* out) {
+  for (int64_t s = 0; s < kBf16Block; ++s) out[s] = s <= last ? cb[s] * d[s] : 0.0f;
+}
+
+// out[s] = exp(ref - cum[s]) dtv[s] for s in [0, n).
+COIL_VECTORIZE void ScaledDecays(const double* cum, double ref, const float* dtv, float* out,
+                                 int64_t n) {
+  for (int64_t s = 0; s < n; ++s) out[s] = ExpF(static_cast<float>(ref - cum[s])) * dtv[s];
+}
+
+// Phase 1 of the bf16 form for one piece and group: cb (fp32 [Lp][Lp], each block of 32
+// rows up to its diagonal block) and bv (B pair-interleaved over s, [Lp/2][N] words).
+struct Bf16GroupWork {
+  std::vector<uint16_t> c_rows;    // [Lp][N] bf16
+  std::vector<uint32_t> b_words;   // [Lp][N/2]: B rows as bf16 pairs over n
+  std::vector<uint32_t> bt_words;  // [N/2][Lp]: the same, transposed (C B^T's B operand)
+};
+
+void PrepareBf16Group(Bf16Products form, const Tensor& b, const Tensor& c, int64_t row0,
+                      int64_t length, int64_t g, int64_t n_count, float* cb, uint32_t* bv,
+                      Bf16GroupWork& work) {
+  const int64_t lp = PaddedLength(length), half = n_count / 2;
+  work.c_rows.assign(static_cast<size_t>(lp * n_count), 0);
+  work.b_words.assign(static_cast<size_t>(lp * half), 0);
+  work.bt_words.resize(static_cast<size_t>(half * lp));
+  for (int64_t s = 0; s < length; ++s) {
+    ToBf16(RowF32(c, row0 + s) + g * n_count, n_count, work.c_rows.data() + s * n_count);
+    ToBf16(RowF32(b, row0 + s) + g * n_count, n_count,
+           reinterpret_cast<uint16_t*>(work.b_words.data() + s * half));
+  }
+  TransposeWords(work.b_words.data(), half, lp, half, work.bt_words.data(), lp);
+  for (int64_t m0 = 0; m0 < lp; m0 += kBf16Block) {
+    Bf16Gemm(form, kBf16Block, m0 + kBf16Block, n_count, work.c_rows.data() + m0 * n_count, n_count,
+             work.bt_words.data(), lp, cb + m0 * lp, lp, /*accumulate=*/false);
+  }
+  for (int64_t j = 0; j < lp / 2; ++j) {
+    uint32_t* row = bv + j * n_count;
+    if (2 * j >= length) {
+      std::memset(row, 0, sizeof(uint32_t) * n_count);
+      continue;
+    }
+    PairRows(RowF32(b, row0 + 2 * j) + g * n_count,
+             2 * j + 1 < length ? RowF32(b, row0 + 2 * j + 1) + g * n_count : nullptr, n_count,
+             row);
+  }
+}
+
+struct Bf16HeadWork {
+  std::vector<uint16_t> a;    // [Lp][N + Lp]: rows [e_t C_t | coef_t]
+  std::vector<uint32_t> hx;   // [N/2 + Lp/2][P] words: h_prev then x, pair-interleaved over k
+  std::vector<uint32_t> hw;   // [P][N/2]: h_prev rows as bf16 pairs over n
+  std::vector<uint16_t> xwt;  // [P][Lp]: (w_s x[s, p]) transposed
+  std::vector<float> y, row, v, dtv, diag;
+  std::vector<double> cum;
+};
+
+// (w_s x[s, p]) for s < length (0 beyond), transposed into xwt [P][Lp] bf16.
+COIL_AVX512_BF16 void ScaledTransposeToBf16(const float* x0, int64_t x_stride, const float* w,
+                                            int64_t length, int64_t lp, int64_t p_count,
+                                            uint16_t* xwt) {
+  for (int64_t s0 = 0; s0 < lp; s0 += 16) {
+    for (int64_t p0 = 0; p0 < p_count; p0 += 16) {
+      __m512 v[16];
+      for (int i = 0; i < 16; ++i) {
+        const int64_t s = s0 + i;
+        v[i] = s < length
+                   ? _mm512_mul_ps(_mm512_set1_ps(w[s]), _mm512_loadu_ps(x0 + s * x_stride + p0))
+                   : _mm512_setzero_ps();
+      }
+      Transpose16x16(v);
+      for (int i = 0; i < 16; ++i) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(xwt + (p0 + i) * lp + s0),
+                            (__m256i)_mm512_cvtneps_pbh(v[i]));
+      }
+    }
+  }
+}
+
+// y[t] += d x[t] over p_count columns.
+COIL_VECTORIZE void AddScaled(const float* in, float d, const float* x, float* out,
+                              int64_t p_count) {
+  for (int64_t p = 0; p < p_count; ++p) out[p] = in[p] + d * x[p];
+}
+
+// One SSD piece for one head in the bf16 form: writes y rows [row0, row0 + length) and
+// advances h. cb and bv are the piece's group's (PrepareBf16Group).
+void ChunkStepBf16(Bf16Products form, const Tensor& x, const Tensor& dt, const Tensor& c,
+                   const float* cb, const uint32_t* bv, const Dims& dims, int64_t head, float a,
+                   float d, float bias, const SsmScanOptions& options, int64_t row0, int64_t length,
+                   float* h, const Tensor& y, Bf16HeadWork& ws) {
+  const int64_t P = dims.headdim, N = dims.d_state, g = dims.GroupOf(head);
+  const int64_t lp = PaddedLength(length), lda = N + lp, half = N / 2;
+  ws.dtv.assign(static_cast<size_t>(lp), 0.0f);
+  ws.cum.assign(static_cast<size_t>(lp), 0.0);
+  double cum = 0.0;
+  for (int64_t s = 0; s < length; ++s) {
+    ws.dtv[s] = DtFast(RowF32(dt, row0 + s)[head], bias, options);
+    cum += static_cast<double>(a * ws.dtv[s]);
+    ws.cum[s] = cum;
+  }
+  // [h_prev ; x], pair-interleaved over k: h_prev's rows as pairs over n, transposed; x's
+  // rows paired over s.
+  ws.hw.resize(static_cast<size_t>(P * half));
+  ws.hx.resize(static_cast<size_t>((half + lp / 2) * P));
+  for (int64_t p = 0; p < P; ++p) {
+    ToBf16(h + p * N, N, reinterpret_cast<uint16_t*>(ws.hw.data() + p * half));
+  }
+  TransposeWords(ws.hw.data(), half, P, half, ws.hx.data(), P);
+  const float* x0 = RowF32(x, row0) + head * P;
+  const int64_t xs = x.stride(0);
+  for (int64_t j = 0; j < lp / 2; ++j) {
+    uint32_t* row = ws.hx.data() + (half + j) * P;
+    if (2 * j >= length) {
+      std::memset(row, 0, sizeof(uint32_t) * P);
+      continue;
+    }
+    PairRows(x0 + 2 * j * xs, 2 * j + 1 < length ? x0 + (2 * j + 1) * xs : nullptr, P, row);
+  }
+  // y, a block of 32 rows at a time: its rows of A, then its product over k < N + m0 + 32.
+  ws.a.resize(static_cast<size_t>(lp * lda));
+  ws.y.resize(static_cast<size_t>(lp * P));
+  ws.row.resize(static_cast<size_t>(std::max(N, lp)));
+  ws.v.resize(static_cast<size_t>(lp));
+  ws.diag.resize(kBf16Block * kBf16Block);
+  for (int64_t m0 = 0; m0 < lp; m0 += kBf16Block) {
+    const int64_t k_block = N + m0 + kBf16Block;
+    const double ref = m0 < length ? ws.cum[m0] : 0.0;
+    ScaledDecays(ws.cum.data(), ref, ws.dtv.data(), ws.v.data(), std::min(m0, length));
+    BlockDecays(ws.cum.data() + m0, ws.dtv.data() + m0, ws.diag.data());
+    for (int64_t t = m0; t < m0 + kBf16Block; ++t) {
+      uint16_t* arow = ws.a.data() + t * lda;
+      if (t >= length) {
+        std::memset(arow, 0, sizeof(uint16_t) * k_block);
+        continue;
+      }
+      const float* ct = RowF32(c, row0 + t) + g * N;
+      ScaledToBf16(ct, ExpF(static_cast<float>(ws.cum[t])), N, arow);
+      float* coef = ws.row.data();
+      const float* cbt = cb + t * lp;
+      FactoredCoefficients(cbt, ExpF(static_cast<float>(ws.cum[t] - ref)), ws.v.data(), coef, m0);
+      MaskedProducts(cbt + m0, ws.diag.data() + (t - m0) * kBf16Block, t - m0, coef + m0);
+      ToBf16(coef, m0 + kBf16Block, arow + N);
+    }
+    Bf16Gemm(form, kBf16Block, P, k_block, ws.a.data() + m0 * lda, lda, ws.hx.data(), P,
+             ws.y.data() + m0 * P, P, /*accumulate=*/false);
+    for (int64_t t = m0; t < std::min(length, m0 + kBf16Block); ++t) {
+      AddScaled(ws.y.data() + t * P, d, x0 + t * xs, RowF32(y, row0 + t) + head * P, P);
+    }
+  }
+  // The state at the piece's end.
+  const double cum_end = ws.cum[length - 1];
+  ScaledDecays(ws.cum.data(), cum_end, ws.dtv.data(), ws.v.data(), length);
+  ws.xwt.resize(static_cast<size_t>(P * lp));
+  ScaledTransposeToBf16(x0, xs, ws.v.data(), length, lp, P, ws.xwt.data());
+  ScaleInPlace(ExpF(static_cast<float>(cum_end)), h, P * N);
+  Bf16Gemm(form, P, N, lp, ws.xwt.data(), lp, bv, N, h, N, /*accumulate=*/true);
+}
+#endif  // __x86_64__
+
 // Calls fn(row0, length) for each chunk-aligned piece of sequence s's run.
 template <typename Fn>
 void ForEachPiece(const RecurrentBatch& batch, int s, int64_t chunk, Fn&& fn) {
@@ -397,8 +647,8 @@ void ForEachPiece(const RecurrentBatch& batch, int s, int64_t chunk, Fn&& fn) {
 
 void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const Tensor& a_log,
                 const Tensor& b, const Tensor& c, const Tensor& d, const Tensor& dt_bias,
-                const SsmScanOptions& options, const RecurrentBatch& batch,
-                const Tensor& ssm_state, const Tensor& y) {
+                const SsmScanOptions& options, const RecurrentBatch& batch, const Tensor& ssm_state,
+                const Tensor& y) {
   Dims dims;
   dims.heads = ssm_state.dim(1);
   dims.headdim = ssm_state.dim(2);
@@ -413,35 +663,88 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
   // The AVX-512 forms of the SSD piece need whole vectors along headdim and d_state.
   const bool avx512 = CpuFeatures::Get().avx512 && P % 16 == 0 && N % 16 == 0;
 
+  // The bf16 form needs whole tiles along headdim and pairs of 16 along d_state.
+  const Bf16Products form = options.bf16_products && !ctx.use_ref && P % 16 == 0 && N % 32 == 0
+                                ? HostBf16Products()
+                                : Bf16Products::kNone;
+  const bool bf16 = form != Bf16Products::kNone;
+
   // Phase 1: C B^T of every SSD piece and group (shared by the group's heads).
   std::vector<Piece> pieces;
   std::vector<int64_t> first_piece(num_seqs + 1, 0);
-  int64_t cb_floats = 0;
+  int64_t cb_floats = 0, bv_words = 0;
   for (int s = 0; s < num_seqs; ++s) {
     first_piece[s] = static_cast<int64_t>(pieces.size());
     if (ctx.use_ref) continue;
     ForEachPiece(batch, s, options.chunk_size, [&](int64_t row0, int64_t length) {
       if (length < 2) return;
-      pieces.push_back({row0, length, cb_floats});
+      pieces.push_back({row0, length, cb_floats, bv_words});
+#if defined(__x86_64__)
+      if (bf16) {
+        const int64_t lp = PaddedLength(length);
+        cb_floats += dims.groups * lp * lp;
+        bv_words += dims.groups * lp / 2 * N;
+        return;
+      }
+#endif
       cb_floats += dims.groups * length * length;
     });
   }
   first_piece[num_seqs] = static_cast<int64_t>(pieces.size());
-  std::vector<float> cb(static_cast<size_t>(cb_floats));
+  // Kept from call to call on the calling thread: every element read is written first, and
+  // fresh pages would cost each prefill their faults.
+  // (The lambdas below run on the pool's threads too: they take the calling thread's
+  // storage through these pointers, never by naming the thread_local.)
+  thread_local std::vector<float> cb_storage;
+  thread_local std::vector<uint32_t> bv_storage;
+  if (cb_storage.size() < static_cast<size_t>(cb_floats)) {
+    cb_storage.resize(static_cast<size_t>(cb_floats));
+  }
+  if (bv_storage.size() < static_cast<size_t>(bv_words)) {
+    bv_storage.resize(static_cast<size_t>(bv_words));
+  }
+  float* const cb = cb_storage.data();
+  uint32_t* const bv = bv_storage.data();
+  // The offset of group g's C B^T within a piece's.
+  auto cb_of = [&](const Piece& piece, int64_t g) {
+#if defined(__x86_64__)
+    if (bf16) {
+      const int64_t lp = PaddedLength(piece.length);
+      return piece.cb_offset + g * lp * lp;
+    }
+#endif
+    return piece.cb_offset + g * piece.length * piece.length;
+  };
   const int64_t cb_items = static_cast<int64_t>(pieces.size()) * dims.groups;
   ctx.pool->ParallelFor(cb_items, 1, [&](int64_t begin, int64_t end) {
+#if defined(__x86_64__)
+    if (bf16) {
+      Bf16GemmScope scope(form);
+      thread_local Bf16GroupWork work;  // kept: fresh pages would cost each call their faults
+      for (int64_t item = begin; item < end; ++item) {
+        const Piece& piece = pieces[item / dims.groups];
+        const int64_t g = item % dims.groups;
+        PrepareBf16Group(form, b, c, piece.row0, piece.length, g, N, cb + cb_of(piece, g),
+                         bv + piece.bv_offset + g * PaddedLength(piece.length) / 2 * N, work);
+      }
+      return;
+    }
+#endif
     std::vector<float> bt;
     for (int64_t item = begin; item < end; ++item) {
       const Piece& piece = pieces[item / dims.groups];
       const int64_t g = item % dims.groups;
-      ComputeCb(b, c, piece.row0, piece.length, g, N,
-                cb.data() + piece.cb_offset + g * piece.length * piece.length, bt, avx512);
+      ComputeCb(b, c, piece.row0, piece.length, g, N, cb + cb_of(piece, g), bt, avx512);
     }
   });
 
   // Phase 2: each (sequence, head) through its pieces in order.
   ctx.pool->ParallelFor(int64_t{num_seqs} * H, 1, [&](int64_t begin, int64_t end) {
+    Bf16GemmScope scope(form);
     ChunkWorkspace ws;
+#if defined(__x86_64__)
+    thread_local Bf16HeadWork bf16_ws;  // kept: fresh pages would cost each call their faults
+#endif
     std::vector<float> scratch_state;
     for (int64_t item = begin; item < end; ++item) {
       const int s = static_cast<int>(item / H);
@@ -464,9 +767,17 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
                    [&](int64_t row0, int64_t length) {
                      if (!ctx.use_ref && length >= 2) {
                        const Piece& piece = pieces[piece_index++];
-                       ChunkStep(x, dt, b, c,
-                                 cb.data() + piece.cb_offset + g * length * length, dims, head,
-                                 a, dh, bias, options, row0, length, h, y, ws, avx512);
+#if defined(__x86_64__)
+                       if (bf16) {
+                         ChunkStepBf16(form, x, dt, c, cb + cb_of(piece, g),
+                                       bv + piece.bv_offset + g * PaddedLength(length) / 2 * N,
+                                       dims, head, a, dh, bias, options, row0, length, h, y,
+                                       bf16_ws);
+                         return;
+                       }
+#endif
+                       ChunkStep(x, dt, b, c, cb + cb_of(piece, g), dims, head, a, dh, bias,
+                                 options, row0, length, h, y, ws, avx512);
                        return;
                      }
                      for (int64_t t = row0; t < row0 + length; ++t) {

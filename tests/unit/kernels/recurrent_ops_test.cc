@@ -1,10 +1,13 @@
 // Properties of the stateful ops (conv1d then SSM scan, as a Mamba2 mixer runs them) that
 // serving relies on, each checked against an invariant rather than stored numbers:
 //  - the chunked SSD scan agrees with the token-by-token recurrence (the oracle) within
-//    1e-5 relative, for chunk sizes that do and do not divide the length;
+//    1e-5 relative, for chunk sizes that do and do not divide the length, and within bf16
+//    rounding with bf16 products (SsmScanOptions::bf16_products), which the CPU takes where
+//    it has AMX or AVX-512 BF16 (and otherwise computes as fp32, the same bits);
 //  - a prompt split at chunk multiples gives the bits of the whole prompt (at any split in
-//    the reference mode);
-//  - a sequence's outputs do not depend on what else shares the step or on the threads;
+//    the reference mode), with and without bf16 products;
+//  - a sequence's outputs do not depend on what else shares the step or on the threads,
+//    with and without bf16 products;
 //  - swapped slots, a fresh sequence on a dirty slot, and the head-to-group mapping.
 #include <cstring>
 #include <limits>
@@ -14,16 +17,18 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "tests/unit/kernels/op_test_util.h"
 
 namespace coil {
 namespace {
 
-// headdim and d_state are multiples of 16, so the chunked scan takes its AVX-512 form where
-// the CPU has it (the op harness covers the portable form with other shapes).
-constexpr int64_t kHeads = 4, kHeaddim = 16, kDState = 16, kGroups = 2, kWidth = 4;
+// headdim a multiple of 16 and d_state of 32, so the chunked scan takes its AVX-512 form,
+// and its bf16 form when asked, where the CPU has them (the op harness covers the portable
+// form with other shapes).
+constexpr int64_t kHeads = 4, kHeaddim = 16, kDState = 32, kGroups = 2, kWidth = 4;
 constexpr int64_t kInner = kHeads * kHeaddim;                      // 64
-constexpr int64_t kConvChannels = kInner + 2 * kGroups * kDState;  // 128
+constexpr int64_t kConvChannels = kInner + 2 * kGroups * kDState;  // 192
 constexpr int kStateRows = 40;
 
 // A sequence's own inputs: per token the conv input xBC [128] and the raw dt [4].
@@ -42,6 +47,7 @@ struct Layer {
   std::vector<float> conv_w, conv_b, a_log, d, dt_bias;
   std::vector<float> conv_state, ssm_state;
   int64_t chunk = 8;
+  bool bf16_products = false;
 
   explicit Layer(uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -92,15 +98,16 @@ std::vector<std::vector<float>> Step(Backend& backend, Layer& layer,
   auto f = [](std::vector<float>& v, std::initializer_list<int64_t> shape) {
     return Tensor(v.data(), DType::kF32, shape);
   };
-  absl::Status s = backend.CausalConv1d(
-      f(xbc, {rows, kConvChannels}), f(layer.conv_w, {kConvChannels, kWidth}),
-      f(layer.conv_b, {kConvChannels}), batch,
-      f(layer.conv_state, {kStateRows + 1, kWidth - 1, kConvChannels}),
-      f(conv_out, {rows, kConvChannels}));
+  absl::Status s =
+      backend.CausalConv1d(f(xbc, {rows, kConvChannels}), f(layer.conv_w, {kConvChannels, kWidth}),
+                           f(layer.conv_b, {kConvChannels}), batch,
+                           f(layer.conv_state, {kStateRows + 1, kWidth - 1, kConvChannels}),
+                           f(conv_out, {rows, kConvChannels}));
   EXPECT_TRUE(s.ok()) << s;
   const Tensor conv = f(conv_out, {rows, kConvChannels});
   SsmScanOptions options;
   options.chunk_size = layer.chunk;
+  options.bf16_products = layer.bf16_products;
   s = backend.SsmScan(conv.Columns(0, kInner), f(dt, {rows, kHeads}), f(layer.a_log, {kHeads}),
                       conv.Columns(kInner, kGroups * kDState),
                       conv.Columns(kInner + kGroups * kDState, kGroups * kDState),
@@ -139,18 +146,36 @@ std::vector<float> RunSplit(Backend& backend, Layer& layer, const SeqInputs& seq
   return y;
 }
 
-TEST(RecurrentOpsTest, ChunkedScanMatchesTheRecurrence) {
+// Each test that takes the chunked form runs with fp32 and with bf16 products.
+class ProductsTest : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Products, ProductsTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "bf16" : "fp32";
+                         });
+
+TEST_P(ProductsTest, ChunkedScanMatchesTheRecurrence) {
   // (length, chunk): 37/8 and 50/16 leave a partial last chunk; 32/8 divides; 9/256 is
-  // a single partial chunk. The sequence resumes from a random state at position 0.
+  // a single partial chunk; 100/64 has pieces longer than the bf16 form's 32-row blocks.
+  // The sequence resumes from a random state at position 0. Bounds: fp32 sums differ from
+  // the recurrence by rounding only (1e-5 relative); bf16 operands carry 2^-9 relative
+  // error each, so outputs and states are compared by NMSE (measured about 1e-5 here;
+  // a misplaced operand or block gives about 1).
   for (auto [length, chunk] : std::vector<std::pair<int64_t, int64_t>>{
-           {37, 8}, {32, 8}, {50, 16}, {9, 256}, {64, 5}}) {
+           {37, 8}, {32, 8}, {50, 16}, {9, 256}, {64, 5}, {100, 64}}) {
     std::mt19937_64 rng(length * 1000 + chunk);
     const SeqInputs seq = RandomSeq(rng, length);
     Layer fast_layer(7), ref_layer(7);
     fast_layer.chunk = ref_layer.chunk = chunk;
+    fast_layer.bf16_products = GetParam();
     auto fast = Cpu(false), ref = Cpu(true);
     const auto y_fast = RunSplit(*fast, fast_layer, seq, 3, {length}, false);
     const auto y_ref = RunSplit(*ref, ref_layer, seq, 3, {length}, false);
+    if (GetParam()) {
+      EXPECT_LE(testing::Nmse(y_fast, y_ref), 1e-4) << "length " << length << " chunk " << chunk;
+      EXPECT_LE(testing::Nmse(fast_layer.Row(3), ref_layer.Row(3)), 1e-4)
+          << "final state, length " << length << " chunk " << chunk;
+      continue;
+    }
     for (int64_t t = 0; t < length; ++t) {
       const std::vector<float> a(y_fast.begin() + t * kInner, y_fast.begin() + (t + 1) * kInner);
       const std::vector<float> b(y_ref.begin() + t * kInner, y_ref.begin() + (t + 1) * kInner);
@@ -162,11 +187,31 @@ TEST(RecurrentOpsTest, ChunkedScanMatchesTheRecurrence) {
   }
 }
 
-TEST(RecurrentOpsTest, SplitAtChunkMultiplesEqualsWholeBitForBit) {
+TEST(RecurrentOpsTest, Bf16ProductsAreTakenWhereTheCpuHasThem) {
+  // The same prompt with and without bf16 products: different bits where the CPU has
+  // bf16 products (the operands are rounded), the very same bits where it has not.
+  std::mt19937_64 rng(41);
+  const SeqInputs seq = RandomSeq(rng, 70);
+  auto fast = Cpu(false);
+  Layer fp32(9), bf16(9);
+  fp32.chunk = bf16.chunk = 64;
+  bf16.bf16_products = true;
+  const auto y_fp32 = RunSplit(*fast, fp32, seq, 2, {70}, true);
+  const auto y_bf16 = RunSplit(*fast, bf16, seq, 2, {70}, true);
+  if (HostBf16Products() == Bf16Products::kNone) {
+    EXPECT_TRUE(SameBits(y_fp32, y_bf16));
+  } else {
+    EXPECT_FALSE(SameBits(y_fp32, y_bf16));
+    EXPECT_LE(testing::Nmse(y_bf16, y_fp32), 1e-4);
+  }
+}
+
+TEST_P(ProductsTest, SplitAtChunkMultiplesEqualsWholeBitForBit) {
   std::mt19937_64 rng(37);
   const SeqInputs seq = RandomSeq(rng, 37);
   auto fast = Cpu(false);
   Layer whole(3), split(3);
+  whole.bf16_products = split.bf16_products = GetParam();
   const auto y_whole = RunSplit(*fast, whole, seq, 5, {37}, true);
   const auto y_split = RunSplit(*fast, split, seq, 5, {8, 8, 21}, true);
   EXPECT_TRUE(SameBits(y_whole, y_split));
@@ -188,7 +233,7 @@ TEST(RecurrentOpsTest, ReferenceModeSplitAnywhereEqualsWholeBitForBit) {
   EXPECT_TRUE(SameBits(whole.Row(0), split.Row(0)));
 }
 
-TEST(RecurrentOpsTest, OutputsDoNotDependOnTheBatchOrTheThreads) {
+TEST_P(ProductsTest, OutputsDoNotDependOnTheBatchOrTheThreads) {
   // The probe: a 21-token prefill resuming at position 11 of a 32-token sequence, then one
   // decode token. Alone (1 thread) versus inside batches of 2, 7 and 32 other sequences
   // (decodes first, then prefills, as the scheduler packs them) on 2 threads.
@@ -198,11 +243,13 @@ TEST(RecurrentOpsTest, OutputsDoNotDependOnTheBatchOrTheThreads) {
   for (int i = 0; i < 32; ++i) others.push_back(RandomSeq(rng, 1 + (i * 7) % 19));
   auto solo_backend = Cpu(false, 1);
   Layer solo(11);
+  solo.bf16_products = GetParam();
   const auto solo_prefill = Step(*solo_backend, solo, {{&probe, 11, 21, 0, false}})[0];
   const auto solo_decode = Step(*solo_backend, solo, {{&probe, 32, 1, 0, false}})[0];
   for (int n_others : {2, 7, 32}) {
     auto backend = Cpu(false, 2);
     Layer batched(11);
+    batched.bf16_products = GetParam();
     std::vector<Entry> decodes, prefills;
     for (int i = 0; i < n_others; ++i) {
       const SeqInputs& o = others[i];
@@ -276,12 +323,11 @@ TEST(RecurrentOpsTest, HeadsReadTheirGroup) {
     std::vector<float> packed = testing::RandomFloats(rng, rows * width);
     for (int64_t t = 0; t < rows; ++t) {
       for (int64_t n = 0; n < kDState; ++n) {
-        packed[t * width + kInner + kDState + n] = 0.0f;                       // B, group 1
+        packed[t * width + kInner + kDState + n] = 0.0f;                      // B, group 1
         packed[t * width + kInner + kGroups * kDState + kDState + n] = 0.0f;  // C, group 1
       }
     }
-    std::vector<float> a_log(kHeads, 0.5f), d = {0.5f, -1.0f, 0.75f, -0.25f},
-                                            bias(kHeads, -2.0f);
+    std::vector<float> a_log(kHeads, 0.5f), d = {0.5f, -1.0f, 0.75f, -0.25f}, bias(kHeads, -2.0f);
     std::vector<float> state(2 * kHeads * kHeaddim * kDState, 1.0f), y(rows * kInner);
     RecurrentBatch batch;
     batch.Add(rows, 0, true);
@@ -289,17 +335,16 @@ TEST(RecurrentOpsTest, HeadsReadTheirGroup) {
     const Tensor p(packed.data(), DType::kF32, {rows, width});
     SsmScanOptions options;
     options.chunk_size = 4;
-    ASSERT_TRUE(backend
-                    ->SsmScan(p.Columns(0, kInner),
-                              p.Columns(kInner + 2 * kGroups * kDState, kHeads),
-                              Tensor(a_log.data(), DType::kF32, {kHeads}),
-                              p.Columns(kInner, kGroups * kDState),
-                              p.Columns(kInner + kGroups * kDState, kGroups * kDState),
-                              Tensor(d.data(), DType::kF32, {kHeads}),
-                              Tensor(bias.data(), DType::kF32, {kHeads}), options, batch,
-                              Tensor(state.data(), DType::kF32, {2, kHeads, kHeaddim, kDState}),
-                              Tensor(y.data(), DType::kF32, {rows, kInner}))
-                    .ok());
+    ASSERT_TRUE(
+        backend
+            ->SsmScan(
+                p.Columns(0, kInner), p.Columns(kInner + 2 * kGroups * kDState, kHeads),
+                Tensor(a_log.data(), DType::kF32, {kHeads}), p.Columns(kInner, kGroups * kDState),
+                p.Columns(kInner + kGroups * kDState, kGroups * kDState),
+                Tensor(d.data(), DType::kF32, {kHeads}), Tensor(bias.data(), DType::kF32, {kHeads}),
+                options, batch, Tensor(state.data(), DType::kF32, {2, kHeads, kHeaddim, kDState}),
+                Tensor(y.data(), DType::kF32, {rows, kInner}))
+            .ok());
     bool group0_differs = false;
     for (int64_t t = 0; t < rows; ++t) {
       for (int64_t h = 0; h < kHeads; ++h) {
