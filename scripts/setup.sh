@@ -26,6 +26,8 @@ PACKAGES=(
   # the image check (scripts/check_images.sh: a local Debian base image, buildah) and the
   # tests that run ranks in network namespaces (ip netns; ssh-keygen for a group's keys)
   buildah debootstrap iproute2 openssh-client
+  # the GGUF writer (tools/coil_to_gguf.py) and its test: the standard library only
+  python3
 )
 
 check_only=0
