@@ -198,7 +198,7 @@ entrypoint=${entrypoint% }
 [[ -n "$entrypoint" ]] || fail "the image has no entrypoint"
 current=$(buildah inspect --type image --format '{{.FromImageID}}' "$image")
 # The previous run's image, now untagged, and the untagged images a build leaves (the
-# prebuilt stage): the layers below the programs, parents of the new image, stay as the
+# build stage): the layers below the programs, parents of the new image, stay as the
 # cache.
 if [[ -n "$previous" && "$previous" != "$current" ]]; then buildah rmi "$previous" >/dev/null 2>&1 || true; fi
 buildah rmi --prune >/dev/null 2>&1 || true
