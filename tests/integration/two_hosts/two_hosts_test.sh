@@ -200,7 +200,7 @@ fi
 log "every request gave the same $max_tokens tokens on both; both drained on SIGTERM with status 0"
 
 if [[ -n "$comm_bench" ]]; then
-  filter='AllReduce/native/|PlanLatency/backoff/0$'
+  filter='AllReduce/native/|PlanLatency/backoff/0/'
   log "comm_bench, one host (shared memory):"
   in_a mpirun -np 2 --bind-to none "$comm_bench" --benchmark_filter="$filter" --benchmark_color=false
   printf '%s slots=1\n' "$addr_a" "$addr_b" >"$work/hostfile"
