@@ -1,8 +1,8 @@
 // The paged-attention kernels' block bodies (paged_attention.cu), written once for the GPU
 // and for a host emulation (tests/unit/kernels/cuda/attention_emulation_test.cc), in the
 // Exec style of ssd_tiles.h: a block's work between two barriers is a function of the
-// thread (or warp) index, DeviceExec runs it on every thread and Sync() is __syncthreads(),
-// AttnHostExec calls it for every index in turn.
+// thread (or warp) index, AttnDeviceExec runs it on every thread and Sync() is
+// __syncthreads(), AttnHostExec calls it for every index in turn.
 //
 // The CUDA backend's fixed order over keys, the same for a decode row and for that row in a
 // prefill chunk (which is what makes the two kernels agree bit for bit):
@@ -11,10 +11,10 @@
 //   - within a split, from a fresh state, per tile: S = q K^T (bf16 tensor-core products
 //     with fp32 accumulation for a bf16 cache, q rounded to bf16; fp32 products for an f32
 //     cache), s = S * scale * log2(e), -inf past the row's position; m' = max(m, max s);
-//     P = 2^(s - m') (rounded to bf16 for the bf16 products); l = l 2^(m - m') + sum P;
-//     acc = acc 2^(m - m') + P V, a tile of the row's first split copied in rather than
-//     scaled; the two halves of a row's 64 keys are summed apart, 32 keys each in order,
-//     then added;
+//     P = 2^(s - m') (rounded to bf16 for the bf16 products); l = l 2^(m - m') + sum P
+//     (of the weights as P V takes them); acc = acc 2^(m - m') + P V (the split's first
+//     tile starts from m = -inf, l = 0, acc = 0: its factor is 0); the two halves of a
+//     row's 64 keys are summed apart, 32 keys each in order, then added;
 //   - splits merge in order: the first is copied, each next one
 //     M' = max(M, m), L = L 2^(M - M') + l 2^(m - M'), O = O 2^(M - M') + acc 2^(m - M');
 //   - out = O / L.
