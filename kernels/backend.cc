@@ -265,6 +265,44 @@ absl::Status Backend::FillZero(void* device_dst, size_t bytes) {
   return TimedOp([] { return "FillZero"; }, [&] { return DoFillZero(device_dst, bytes); });
 }
 
+absl::Status Backend::CopyOnDevice(void* dst, size_t dst_stride, const void* src, size_t src_stride,
+                                   size_t block_bytes, size_t count) {
+  if (block_bytes == 0 || count == 0) return absl::OkStatus();
+  if (dst == nullptr || src == nullptr) {
+    return absl::InvalidArgumentError("copy with a null pointer; pass both buffers");
+  }
+  if (count == 1) {
+    dst_stride = src_stride = block_bytes;  // unused: one block
+  } else if (dst_stride < block_bytes || src_stride < block_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "copy of ", count, " blocks of ", block_bytes, " bytes with strides ", dst_stride,
+        " (destination) and ", src_stride, " (source); each stride must be at least the block"));
+  }
+  // A block is no longer than a source stride, so destination block i can only meet the
+  // source block its start falls in and the one after.
+  const auto address = [](const void* p) {
+    return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p));
+  };
+  const int64_t src_begin = address(src), stride = static_cast<int64_t>(src_stride);
+  const int64_t bytes = static_cast<int64_t>(block_bytes), n = static_cast<int64_t>(count);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t begin = address(dst) + i * static_cast<int64_t>(dst_stride);
+    const int64_t offset = begin - src_begin;
+    const int64_t first = offset >= 0 ? offset / stride : -((-offset + stride - 1) / stride);
+    for (int64_t j = std::max<int64_t>(first, 0); j <= std::min(first + 1, n - 1); ++j) {
+      const int64_t block = src_begin + j * stride;
+      if (begin < block + bytes && block < begin + bytes) {
+        return absl::InvalidArgumentError(absl::StrCat("copy's destination block ", i,
+                                                       " overlaps source block ", j,
+                                                       "; copy between disjoint blocks"));
+      }
+    }
+  }
+  return TimedOp(
+      [] { return "CopyOnDevice"; },
+      [&] { return DoCopyOnDevice(dst, dst_stride, src, src_stride, block_bytes, count); });
+}
+
 absl::Status Backend::BeginCapture() {
   const absl::Status status = DoBeginCapture();
   if (status.ok()) capturing_ = true;

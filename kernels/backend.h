@@ -83,6 +83,13 @@ class Backend {
   // Sets `bytes` of device memory to zero, ordered with the ops (and recorded by a graph
   // capture, unlike the copies, which are never captured).
   absl::Status FillZero(void* device_dst, size_t bytes);
+  // Copies `count` blocks of `block_bytes` within the backend's memory, block i from
+  // src + i * src_stride to dst + i * dst_stride (strides in bytes, at least block_bytes
+  // when count > 1), ordered with the ops (and recorded by a graph capture). A destination
+  // block that overlaps a source block is refused (INVALID_ARGUMENT). What the state pool
+  // copies one sequence's row of every layer to another row with.
+  absl::Status CopyOnDevice(void* dst, size_t dst_stride, const void* src, size_t src_stride,
+                            size_t block_bytes, size_t count);
 
   // ---- graphs (optional): record a fixed sequence of ops once, replay it many times ----
   // Only a backend whose SupportsGraphs() is true implements them (CUDA graphs); the others
@@ -280,6 +287,8 @@ class Backend {
   virtual absl::Status DoCopy(void* dst, const void* src, size_t bytes, bool to_host) = 0;
   virtual absl::Status DoSynchronize() = 0;
   virtual absl::Status DoFillZero(void* dst, size_t bytes) = 0;
+  virtual absl::Status DoCopyOnDevice(void* dst, size_t dst_stride, const void* src,
+                                      size_t src_stride, size_t block_bytes, size_t count) = 0;
   virtual absl::Status DoBeginCapture();
   virtual absl::StatusOr<std::unique_ptr<Graph>> DoEndCapture();
   virtual absl::Status DoReplay(const Graph& graph);

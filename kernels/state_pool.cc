@@ -1,5 +1,7 @@
 #include "kernels/state_pool.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -36,6 +38,26 @@ Tensor StatePool::SsmState(int64_t layer) const {
   const int64_t rows = shape_.state_rows + 1;
   float* base = static_cast<float*>(ssm_.data()) + layer * rows * shape_.ssm_floats_per_row();
   return Tensor(base, DType::kF32, {rows, shape_.heads, shape_.headdim, shape_.d_state}, device_);
+}
+
+absl::Status StatePool::CopyRow(Backend& backend, int64_t from, int64_t to) const {
+  if (from < 0 || from >= shape_.state_rows || to < 0 || to >= shape_.state_rows || from == to) {
+    return absl::InvalidArgumentError(absl::StrCat("state row copy from ", from, " to ", to,
+                                                   "; both rows must be in [0, ", shape_.state_rows,
+                                                   ") and differ"));
+  }
+  const int64_t rows = shape_.state_rows + 1;
+  for (const auto& [buffer, floats] :
+       {std::pair<const Buffer*, int64_t>{&conv_, shape_.conv_floats_per_row()},
+        {&ssm_, shape_.ssm_floats_per_row()}}) {
+    // Layer l's row r starts at (l * rows + r) * floats: one block per layer.
+    const size_t block = static_cast<size_t>(floats) * 4;
+    char* base = static_cast<char*>(buffer->data());
+    COIL_RETURN_IF_ERROR(backend.CopyOnDevice(base + to * block, rows * block, base + from * block,
+                                              rows * block, block,
+                                              static_cast<size_t>(shape_.layers)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace coil

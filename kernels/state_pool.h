@@ -47,6 +47,12 @@ class StatePool {
   Tensor SsmState(int64_t layer) const;
   size_t bytes() const { return conv_.bytes() + ssm_.bytes(); }
 
+  // Copies row `from`'s conv and SSM state of every layer over row `to`, ordered with
+  // `backend`'s ops (one strided copy per state): how a prefix-cache snapshot is taken
+  // and restored. Both rows in [0, state_rows) and distinct, else INVALID_ARGUMENT.
+  // `backend` must be the one the pool was created on.
+  absl::Status CopyRow(Backend& backend, int64_t from, int64_t to) const;
+
  private:
   StatePool(const StatePoolShape& shape, Device device, Buffer conv, Buffer ssm)
       : shape_(shape), device_(device), conv_(std::move(conv)), ssm_(std::move(ssm)) {}

@@ -29,6 +29,15 @@ absl::Status CpuBackend::DoFillZero(void* dst, size_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::DoCopyOnDevice(void* dst, size_t dst_stride, const void* src,
+                                        size_t src_stride, size_t block_bytes, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    std::memcpy(static_cast<char*>(dst) + i * dst_stride,
+                static_cast<const char*>(src) + i * src_stride, block_bytes);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::DoEmbedding(const Tensor& ids, const Tensor& table,
                                      int64_t vocab_offset, const Tensor& out) {
   CpuEmbedding({&pool_, use_ref_}, ids, table, vocab_offset, out);

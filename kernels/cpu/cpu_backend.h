@@ -29,6 +29,8 @@ class CpuBackend final : public Backend {
   absl::Status DoCopy(void* dst, const void* src, size_t bytes, bool to_host) override;
   absl::Status DoSynchronize() override { return absl::OkStatus(); }
   absl::Status DoFillZero(void* dst, size_t bytes) override;
+  absl::Status DoCopyOnDevice(void* dst, size_t dst_stride, const void* src, size_t src_stride,
+                              size_t block_bytes, size_t count) override;
   absl::Status DoEmbedding(const Tensor& ids, const Tensor& table, int64_t vocab_offset,
                            const Tensor& out) override;
   absl::Status DoAddRmsNorm(const Tensor& x, const Tensor& weight, float eps,

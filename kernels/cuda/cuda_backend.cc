@@ -229,6 +229,25 @@ absl::Status CudaBackend::DoFillZero(void* dst, size_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::DoCopyOnDevice(void* dst, size_t dst_stride, const void* src,
+                                         size_t src_stride, size_t block_bytes, size_t count) {
+  COIL_RETURN_IF_ERROR(MakeCurrent());
+  // One strided copy, unless a pitch is past what cudaMemcpy2D takes (2^31 - 1 bytes on
+  // current GPUs; a state pool of many rows of a large model): then one copy per block.
+  constexpr size_t kMaxPitch = (size_t{1} << 31) - 1;
+  if (count > 1 && dst_stride <= kMaxPitch && src_stride <= kMaxPitch) {
+    COIL_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, dst_stride, src, src_stride, block_bytes,
+                                                count, cudaMemcpyDeviceToDevice, ctx_.stream));
+    return absl::OkStatus();
+  }
+  for (size_t i = 0; i < count; ++i) {
+    COIL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<char*>(dst) + i * dst_stride,
+                                              static_cast<const char*>(src) + i * src_stride,
+                                              block_bytes, cudaMemcpyDeviceToDevice, ctx_.stream));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::DoSynchronize() {
   COIL_RETURN_IF_ERROR(MakeCurrent());
   COIL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx_.stream));

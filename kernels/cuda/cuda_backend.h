@@ -76,6 +76,8 @@ class CudaBackend final : public Backend {
   absl::Status DoCopy(void* dst, const void* src, size_t bytes, bool to_host) override;
   absl::Status DoSynchronize() override;
   absl::Status DoFillZero(void* dst, size_t bytes) override;
+  absl::Status DoCopyOnDevice(void* dst, size_t dst_stride, const void* src, size_t src_stride,
+                              size_t block_bytes, size_t count) override;
   absl::Status DoBeginCapture() override;
   absl::StatusOr<std::unique_ptr<Graph>> DoEndCapture() override;
   absl::Status DoReplay(const Graph& graph) override;

@@ -28,6 +28,10 @@ class ForwardingBackend : public Backend {
   }
   absl::Status DoSynchronize() override { return cpu_->Synchronize(); }
   absl::Status DoFillZero(void* dst, size_t bytes) override { return cpu_->FillZero(dst, bytes); }
+  absl::Status DoCopyOnDevice(void* dst, size_t dst_stride, const void* src, size_t src_stride,
+                              size_t block_bytes, size_t count) override {
+    return cpu_->CopyOnDevice(dst, dst_stride, src, src_stride, block_bytes, count);
+  }
   absl::Status DoEmbedding(const Tensor& ids, const Tensor& table, int64_t vocab_offset,
                            const Tensor& out) override {
     return cpu_->Embedding(ids, table, vocab_offset, out);
