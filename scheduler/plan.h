@@ -2,7 +2,8 @@
 // computes (StepPlan) and what rank 0 sends back (StepResult). Plain structs of vectors and
 // scalars, no pointers, so that they map one to one onto step.proto. Invariant: sequences are
 // packed decodes first (one token each, never fresh), then prefill chunks; no state slot
-// and no KV page appears twice in one plan.
+// and no KV page appears twice among the sequences; a restore's target is its sequence's
+// slot, and a snapshot's target is no sequence's slot.
 #ifndef COIL_SCHEDULER_PLAN_H_
 #define COIL_SCHEDULER_PLAN_H_
 
@@ -63,6 +64,13 @@ struct ScheduledSequence {
   int32_t num_prompt_tokens = 0;
 };
 
+// A copy of one state row over another (the conv and SSM state of every Mamba layer), on
+// every rank of its own shard: the prefix cache's snapshots are taken and restored so.
+struct StateCopy {
+  int32_t from_slot = 0;
+  int32_t to_slot = 0;
+};
+
 struct StepPlan {
   uint64_t step_id = 0;  // increases by one per plan, from 1
   // End the workers: no sequences, nothing to compute.
@@ -71,6 +79,13 @@ struct StepPlan {
   // chunks. Tokens are packed varlen in this order.
   std::vector<ScheduledSequence> sequences;
   int32_t num_decodes = 0;
+  // Run in order before the forward pass: a sequence that resumes from a cached prefix
+  // gets the snapshot's state in its own row (and starts there, not fresh). A source may
+  // be a row this plan hands to a later sequence: it is read before anything writes it.
+  std::vector<StateCopy> restores;
+  // Run in order after the forward pass: a sequence's row, at the end of its run, copied
+  // to a row the prefix cache keeps as the snapshot of that prefix.
+  std::vector<StateCopy> snapshots;
 
   int32_t NumTokens() const {
     int32_t total = 0;

@@ -38,6 +38,15 @@ absl::Status ModelRunner::Forward(const StepMetadata& meta, bool all_rows,
                                      logits.size() * 4);
 }
 
+absl::Status ModelRunner::CopyStateRows(const std::vector<StateCopy>& copies, const char* what) {
+  for (const StateCopy& copy : copies) {
+    const absl::Status copied = pool_.CopyRow(backend_, copy.from_slot, copy.to_slot);
+    if (!copied.ok())
+      return absl::Status(copied.code(), absl::StrCat(what, ": ", copied.message()));
+  }
+  return absl::OkStatus();
+}
+
 StepResult ModelRunner::Execute(const StepPlan& plan) {
   StepResult result;
   result.step_id = plan.step_id;
@@ -68,10 +77,12 @@ StepResult ModelRunner::Execute(const StepPlan& plan) {
       gumbel_seeds_[r] = rows[r]->sampling.seed;
       gumbel_steps_[r] = rows[r]->rng_step;
     }
-    // The forward pass keeps making its collective calls after a local error (it returns
-    // the error at the end), so the ranks stay in step; only a broken collective stops it
-    // early, and then the job cannot go on anyway.
-    local = [&]() -> absl::Status {
+    // Restores before the forward pass, snapshots after it (step.proto's order). A copy that
+    // fails still lets the forward pass run: it keeps making its collective calls after a
+    // local error (it returns the error at the end), so the ranks stay in step; only a
+    // broken collective stops it early, and then the job cannot go on anyway.
+    local = CopyStateRows(plan.restores, "restore");
+    const absl::Status forward = [&]() -> absl::Status {
       answers_.host_logits.clear();  // the vectors keep their capacity
       answers_.ids.clear();
       answers_.values.clear();
@@ -81,6 +92,8 @@ StepResult ModelRunner::Execute(const StepPlan& plan) {
       return device_sampler_.Answer(model_.logits(sampled), kinds, gumbel_temperatures_,
                                     gumbel_seeds_, gumbel_steps_, answers_);
     }();
+    if (local.ok()) local = forward;
+    if (local.ok()) local = CopyStateRows(plan.snapshots, "snapshot");
   }
   auto failures = comm::AllReduceStepStatus(comm_, local);
   absl::Status combined = failures.ok() ? comm::CombineRankFailures(*failures) : failures.status();
@@ -141,7 +154,10 @@ absl::StatusOr<std::vector<float>> ModelRunner::ExecuteAllLogits(const StepPlan&
   if (!meta.ok()) {
     local = meta.status();
   } else {
-    local = Forward(*meta, /*all_rows=*/true, shard);
+    local = CopyStateRows(plan.restores, "restore");
+    const absl::Status forward = Forward(*meta, /*all_rows=*/true, shard);
+    if (local.ok()) local = forward;
+    if (local.ok()) local = CopyStateRows(plan.snapshots, "snapshot");
   }
   COIL_ASSIGN_OR_RETURN(auto failures, comm::AllReduceStepStatus(comm_, local));
   COIL_RETURN_IF_ERROR(comm::CombineRankFailures(failures));

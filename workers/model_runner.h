@@ -1,8 +1,9 @@
 // ModelRunner: executes one StepPlan on this rank (docs/ARCHITECTURE.md §1, §3): builds the
-// step metadata once, runs the model's forward pass over its shard (eagerly, or a decode-only
-// step through its decode graph), exchanges every rank's step status, and samples the next
-// token of each sampled sequence (on the device where a row needs only an argmax or a
-// Gumbel-max, on the host otherwise). Every rank runs every plan and returns the same
+// step metadata once, restores the plan's prefix-cache snapshots into their sequences' rows,
+// runs the model's forward pass over its shard (eagerly, or a decode-only step through its
+// decode graph), takes the plan's snapshots, exchanges every rank's step status, and samples
+// the next token of each sampled sequence (on the device where a row needs only an argmax or
+// a Gumbel-max, on the host otherwise). Every rank runs every plan and returns the same
 // StepResult; rank 0's goes back to the scheduler. The runner owns this rank's per-sequence
 // state: the recurrent-state pool.
 #ifndef COIL_WORKERS_MODEL_RUNNER_H_
@@ -64,6 +65,7 @@ class ModelRunner {
   ModelRunner(model::Model& model, Backend& backend, comm::Communicator& comm, StatePool pool,
               const RunnerOptions& options)
       : model_(model),
+        backend_(backend),
         comm_(comm),
         pool_(std::move(pool)),
         graphs_(model, options.cuda_graphs),
@@ -73,12 +75,16 @@ class ModelRunner {
   // The step's forward pass; returns how many rows of the model's logits hold the sampled
   // rows (every row when all_rows), in meta's order.
   absl::StatusOr<int64_t> RunStep(const StepMetadata& meta, bool all_rows);
+  // Runs a plan's restores or snapshots in order, after checking every row (the same
+  // check on every rank: a bad plan fails everywhere alike).
+  absl::Status CopyStateRows(const std::vector<StateCopy>& copies, const char* what);
   // The sampler's calls for a step's rows, one per kind present, tokens in row order.
   absl::StatusOr<std::vector<SampledToken>> SampleRows(
       const std::vector<const ScheduledSequence*>& rows,
       const std::vector<DeviceSampler::RowSampling>& kinds);
 
   model::Model& model_;
+  Backend& backend_;
   comm::Communicator& comm_;
   StatePool pool_;
   DecodeGraphs graphs_;

@@ -1,5 +1,8 @@
 #include "workers/plan_codec.h"
 
+#include <tuple>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "coil/v1/step.pb.h"
 
@@ -34,6 +37,14 @@ std::string EncodeStepPlan(const StepPlan& plan) {
       p->set_seed(s.sampling.seed);
       p->set_logprobs(s.sampling.logprobs);
       p->set_top_logprobs(s.sampling.top_logprobs);
+    }
+  }
+  for (const auto& [copies, out] : {std::pair{&plan.restores, proto.mutable_restores()},
+                                    std::pair{&plan.snapshots, proto.mutable_snapshots()}}) {
+    for (const StateCopy& copy : *copies) {
+      v1::StepStateCopy* added = out->Add();
+      added->set_from_slot(copy.from_slot);
+      added->set_to_slot(copy.to_slot);
     }
   }
   return proto.SerializeAsString();
@@ -95,6 +106,18 @@ absl::StatusOr<StepPlan> DecodeStepPlan(const std::string& bytes) {
       s.sampling.top_logprobs = p.top_logprobs();
     }
     plan.sequences.push_back(std::move(s));
+  }
+  for (const auto& [in, copies, what] :
+       {std::tuple{&proto.restores(), &plan.restores, "restore"},
+        std::tuple{&proto.snapshots(), &plan.snapshots, "snapshot"}}) {
+    for (const v1::StepStateCopy& copy : *in) {
+      if (copy.from_slot() < 0 || copy.to_slot() < 0 || copy.from_slot() == copy.to_slot()) {
+        return absl::InternalError(absl::StrCat("step ", plan.step_id, ": ", what,
+                                                " copies state row ", copy.from_slot(), " to ",
+                                                copy.to_slot()));
+      }
+      copies->push_back({copy.from_slot(), copy.to_slot()});
+    }
   }
   return plan;
 }

@@ -38,6 +38,8 @@ StepPlan SamplePlan() {
   prefill.fresh = true;
   prefill.token_ids = {10, 11, 12, 13};
   plan.sequences = {decode, prefill};
+  plan.restores = {{6, 0}};
+  plan.snapshots = {{0, 2}, {3, 6}};
   return plan;
 }
 
@@ -74,6 +76,14 @@ TEST(PlanCodecTest, RoundTripKeepsEveryField) {
   EXPECT_TRUE(p.fresh);
   EXPECT_FALSE(p.sample);
   EXPECT_EQ(p.token_ids, std::vector<int32_t>({10, 11, 12, 13}));
+  ASSERT_EQ(decoded->restores.size(), 1u);
+  EXPECT_EQ(decoded->restores[0].from_slot, 6);
+  EXPECT_EQ(decoded->restores[0].to_slot, 0);
+  ASSERT_EQ(decoded->snapshots.size(), 2u);
+  EXPECT_EQ(decoded->snapshots[0].from_slot, 0);
+  EXPECT_EQ(decoded->snapshots[0].to_slot, 2);
+  EXPECT_EQ(decoded->snapshots[1].from_slot, 3);
+  EXPECT_EQ(decoded->snapshots[1].to_slot, 6);
 }
 
 TEST(PlanCodecTest, ShutdownPlanRoundTrips) {
@@ -108,6 +118,15 @@ TEST(PlanCodecTest, MalformedPlansAreRefused) {
   plan.sequences[1].start_position = 4;  // fresh but not at position 0
   EXPECT_NE(DecodeStepPlan(EncodeStepPlan(plan)).status().message().find("fresh"),
             std::string::npos);
+
+  plan = SamplePlan();
+  plan.restores[0].from_slot = 0;  // a row onto itself
+  EXPECT_EQ(DecodeStepPlan(EncodeStepPlan(plan)).status().message(),
+            "step 77: restore copies state row 0 to 0");
+  plan = SamplePlan();
+  plan.snapshots[1].to_slot = -2;
+  EXPECT_EQ(DecodeStepPlan(EncodeStepPlan(plan)).status().message(),
+            "step 77: snapshot copies state row 3 to -2");
 }
 
 }  // namespace
