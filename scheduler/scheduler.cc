@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -17,7 +18,8 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerConf
 Scheduler::Scheduler(ValidatedTag, const SchedulerConfig& config)
     : config_(config),
       rows_(config.state_rows),
-      pages_(config.uses_kv_pages() ? config.kv_pages : 0, config.block_size) {}
+      pages_(config.uses_kv_pages() ? config.kv_pages : 0, config.block_size),
+      prefix_cache_(config.ssd_chunk_size) {}
 
 absl::Status Scheduler::AddRequest(NewRequest new_request) {
   const int64_t prompt_len = static_cast<int64_t>(new_request.prompt_token_ids.size());
@@ -50,6 +52,11 @@ absl::Status Scheduler::AddRequest(NewRequest new_request) {
                        std::max<int64_t>(fits - prompt_len, 0), " or shorten the prompt"));
     }
   }
+  if (new_request.cache_prefix_tokens < 0 || new_request.cache_prefix_tokens > prompt_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache_prefix_tokens is ", new_request.cache_prefix_tokens, "; the prompt has ", prompt_len,
+        " tokens: give a prefix length in [0, ", prompt_len, "]"));
+  }
   if (static_cast<int64_t>(waiting_.size()) >= config_.max_queue) {
     return absl::ResourceExhaustedError(absl::StrCat("the queue is full (", waiting_.size(),
                                                      " waiting requests; the limit is ",
@@ -67,6 +74,17 @@ absl::Status Scheduler::AddRequest(NewRequest new_request) {
   request->sampling = new_request.sampling;
   request->stop_token_ids = std::move(new_request.stop_token_ids);
   request->ignore_eos = new_request.ignore_eos;
+  if (config_.prefix_cache) {
+    // The end of the prompt's last whole chunk, and the cut the request asked for, each
+    // rounded down to a chunk multiple.
+    const int32_t chunk = config_.ssd_chunk_size;
+    for (const int32_t at : {new_request.cache_prefix_tokens / chunk * chunk,
+                             request->num_prompt_tokens / chunk * chunk}) {
+      if (at > 0 && (request->snapshot_at.empty() || request->snapshot_at.back() != at)) {
+        request->snapshot_at.push_back(at);
+      }
+    }
+  }
   waiting_.push_back(request.get());
   requests_.emplace(request->id, std::move(request));
   return absl::OkStatus();
@@ -97,13 +115,18 @@ SchedulerCounters Scheduler::counters() const {
   counters.waiting = static_cast<int32_t>(waiting_.size());
   counters.running = static_cast<int32_t>(running_.size());
   counters.rows_free = rows_.num_free();
-  counters.rows_used = rows_.num_used();
+  counters.rows_used = rows_.num_used() - CacheRows();
   counters.pages_free = pages_.num_free();
   counters.pages_used = pages_.num_used();
   counters.preemptions = preemptions_;
   counters.tokens_scheduled_last_step = tokens_scheduled_last_step_;
   counters.tokens_scheduled = tokens_scheduled_;
   counters.steps = steps_;
+  counters.prefix_cache_rows = CacheRows();
+  counters.prefix_cache_hits = prefix_cache_hits_;
+  counters.prefix_cache_hit_tokens = prefix_cache_hit_tokens_;
+  counters.prefix_cache_misses = prefix_cache_misses_;
+  counters.prefix_cache_evictions = prefix_cache_evictions_;
   return counters;
 }
 
@@ -113,12 +136,66 @@ bool Scheduler::IsDecode(const Request& request) {
 
 int32_t Scheduler::ChunkLength(const Request& request, int32_t budget) const {
   const int32_t start = request.num_computed_tokens;
-  const int32_t pending = request.num_tokens() - start;
+  const int32_t boundary = NextSnapshotBoundary(request);
+  const int32_t pending = (boundary > 0 ? boundary : request.num_tokens()) - start;
   if (pending <= budget) return std::max(pending, 0);
   // Split at an absolute multiple of the chunk size, so the prompt's arithmetic does not
   // depend on how it was split (docs/ARCHITECTURE.md §4).
   const int32_t end = (start + budget) / config_.ssd_chunk_size * config_.ssd_chunk_size;
   return std::max(end - start, 0);
+}
+
+int32_t Scheduler::NextSnapshotBoundary(const Request& request) const {
+  for (const int32_t at : request.snapshot_at) {
+    if (at > request.num_computed_tokens && !prefix_cache_.Contains(request.tokens, at)) return at;
+  }
+  return 0;
+}
+
+std::optional<StateRow> Scheduler::TakeRow() {
+  std::optional<StateRow> row = rows_.Allocate();
+  if (row.has_value()) return row;
+  row = prefix_cache_.EvictLeastRecent();
+  if (row.has_value()) ++prefix_cache_evictions_;
+  return row;
+}
+
+void Scheduler::MaybeSnapshot(const Request& request, const ScheduledSequence& sequence,
+                              std::vector<StateCopy>* snapshots) {
+  const int32_t end = sequence.start_position + static_cast<int32_t>(sequence.token_ids.size());
+  if (!std::binary_search(request.snapshot_at.begin(), request.snapshot_at.end(), end) ||
+      prefix_cache_.Contains(request.tokens, end)) {
+    return;
+  }
+  const auto prefix = absl::MakeConstSpan(request.tokens).first(static_cast<size_t>(end));
+  for (const PendingSnapshot& pending : pending_snapshots_) {
+    if (absl::MakeConstSpan(pending.tokens) == prefix) return;  // taken by another request
+  }
+  std::optional<StateRow> row;
+  if (config_.prefix_cache_max_rows > 0 && CacheRows() >= config_.prefix_cache_max_rows) {
+    // At the cap the least recently used snapshot makes room (none when every row the cap
+    // allows is being taken by this plan).
+    row = prefix_cache_.EvictLeastRecent();
+    if (row.has_value()) ++prefix_cache_evictions_;
+  } else {
+    row = TakeRow();
+  }
+  if (!row.has_value()) return;
+  // Written after the forward pass: a row evicted here may still be a restore's source in
+  // this plan, which reads it before.
+  snapshots->push_back({request.row.slot(), row->slot()});
+  pending_snapshots_.push_back({std::vector<int32_t>(prefix.begin(), prefix.end()), *row});
+}
+
+void Scheduler::SettleSnapshots(bool file) {
+  for (PendingSnapshot& pending : pending_snapshots_) {
+    std::optional<StateRow> unused = std::move(pending.row);
+    if (file)
+      unused = prefix_cache_.Insert(pending.tokens, static_cast<int32_t>(pending.tokens.size()),
+                                    *unused);
+    if (unused.has_value()) rows_.Free(&*unused);
+  }
+  pending_snapshots_.clear();
 }
 
 bool Scheduler::GrowPages(Request* request, int32_t num_tokens) {
@@ -194,34 +271,61 @@ StepPlan Scheduler::Schedule() {
   }
 
   // Admission, first come first served; nobody in a step that preempted (the pages just
-  // freed belong to the preempted requests' recompute).
+  // freed belong to the preempted requests' recompute). A snapshot's row counts as free:
+  // it is taken back (least recently used first) before a request would wait for one.
+  std::vector<StateCopy> restores;
   while (!preempted && !waiting_.empty() &&
-         static_cast<int32_t>(running_.size()) < config_.max_num_seqs && rows_.num_free() > 0) {
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs &&
+         rows_.num_free() + prefix_cache_.num_snapshots() > 0) {
     Request* request = waiting_.front();
+    // Resume from the longest snapshot of its tokens, leaving at least the last one to
+    // compute (its logits are sampled).
+    PrefixCache::Match hit;
+    if (config_.prefix_cache) hit = prefix_cache_.Find(request->tokens, request->num_tokens() - 1);
+    request->num_computed_tokens = hit.length;
     const int32_t num_tokens = ChunkLength(*request, token_budget);
-    if (num_tokens == 0) break;
     // Admit only when pages for all its pending tokens fit now; the first chunk's pages
     // are taken at once, the rest as its later chunks run.
-    if (config_.uses_kv_pages() && pages_.PagesFor(request->num_tokens()) > pages_.num_free()) {
+    if (num_tokens == 0 ||
+        (config_.uses_kv_pages() && pages_.PagesFor(request->num_tokens()) > pages_.num_free())) {
+      request->num_computed_tokens = 0;
       break;
     }
-    COIL_CHECK(GrowPages(request, num_tokens));
-    request->row = *rows_.Allocate();
+    COIL_CHECK(GrowPages(request, request->num_computed_tokens + num_tokens));
+    // The hit becomes the most recently used first, so that taking a row evicts it last;
+    // if it is the very row taken, the request's row holds its state already.
+    if (hit.length > 0) prefix_cache_.Touch(hit);
+    std::optional<StateRow> row = TakeRow();
+    COIL_CHECK(row.has_value()) << "no row although one was free or cached";
+    request->row = *row;
+    if (hit.length > 0 && hit.slot != request->row.slot()) {
+      restores.push_back({hit.slot, request->row.slot()});
+    }
+    if (config_.prefix_cache) {
+      ++(hit.length > 0 ? prefix_cache_hits_ : prefix_cache_misses_);
+      prefix_cache_hit_tokens_ += hit.length;
+    }
+    if (!request->admitted_before) request->num_cached_tokens = hit.length;
+    request->admitted_before = true;
     request->running = true;
     waiting_.pop_front();
     running_.push_back(request);
     token_budget -= num_tokens;
-    prefills.push_back({request, num_tokens});
+    // A resumed request with one token left is a decode like any other.
+    (IsDecode(*request) ? decodes : prefills).push_back({request, num_tokens});
   }
 
   plan.num_decodes = static_cast<int32_t>(decodes.size());
   plan.sequences.reserve(decodes.size() + prefills.size());
-  for (const Scheduled& scheduled : decodes) {
-    plan.sequences.push_back(MakeSequence(scheduled, plan.step_id));
+  for (const std::vector<Scheduled>* part : {&decodes, &prefills}) {
+    for (const Scheduled& scheduled : *part) {
+      plan.sequences.push_back(MakeSequence(scheduled, plan.step_id));
+      if (config_.prefix_cache) {
+        MaybeSnapshot(*scheduled.request, plan.sequences.back(), &plan.snapshots);
+      }
+    }
   }
-  for (const Scheduled& scheduled : prefills) {
-    plan.sequences.push_back(MakeSequence(scheduled, plan.step_id));
-  }
+  plan.restores = std::move(restores);
   tokens_scheduled_last_step_ = config_.max_batched_tokens - token_budget;
   tokens_scheduled_ += tokens_scheduled_last_step_;
   if (!plan.sequences.empty()) {
@@ -261,6 +365,7 @@ RequestUpdate Scheduler::FinalUpdate(const Request& request, FinishReason reason
   update.finish_reason = reason;
   update.num_prompt_tokens = request.num_prompt_tokens;
   update.num_output_tokens = request.num_output_tokens();
+  update.num_cached_tokens = request.num_cached_tokens;
   return update;
 }
 
@@ -285,6 +390,7 @@ FinishReason Scheduler::CheckFinished(const Request& request, int32_t token,
 }
 
 std::vector<RequestUpdate> Scheduler::FailStep(const StepPlan& plan, const absl::Status& error) {
+  SettleSnapshots(/*file=*/false);  // the rows hold nothing known
   std::vector<RequestUpdate> updates;
   for (const ScheduledSequence& sequence : plan.sequences) {
     auto it = requests_.find(sequence.request_id);
@@ -330,6 +436,7 @@ absl::StatusOr<std::vector<RequestUpdate>> Scheduler::Update(const StepPlan& pla
                                                            next, " sampled sequences")));
   }
 
+  SettleSnapshots(/*file=*/true);
   std::vector<RequestUpdate> updates;
   updates.reserve(result.tokens.size());
   for (const SampledToken& sampled : result.tokens) {
@@ -344,6 +451,7 @@ absl::StatusOr<std::vector<RequestUpdate>> Scheduler::Update(const StepPlan& pla
     update.finish_reason = CheckFinished(*request, sampled.token_id, &update.matched_stop_token_id);
     update.num_prompt_tokens = request->num_prompt_tokens;
     update.num_output_tokens = request->num_output_tokens();
+    update.num_cached_tokens = request->num_cached_tokens;
     if (update.finish_reason != FinishReason::kNone) Release(request);
     updates.push_back(std::move(update));
   }

@@ -21,8 +21,15 @@ absl::Status SchedulerConfig::Validate() const {
         AtLeast("max_model_len", max_model_len, 2), AtLeast("max_queue", max_queue, 0),
         AtLeast("block_size", block_size, 1), AtLeast("ssd_chunk_size", ssd_chunk_size, 1),
         AtLeast("num_attention_layers", num_attention_layers, 0),
-        AtLeast("kv_pages", kv_pages, uses_kv_pages() ? 1 : 0)}) {
+        AtLeast("kv_pages", kv_pages, uses_kv_pages() ? 1 : 0),
+        AtLeast("prefix_cache_max_rows", prefix_cache_max_rows, 0)}) {
     if (!status.ok()) return status;
+  }
+  if (prefix_cache && uses_kv_pages()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prefix_cache is on for a model with ", num_attention_layers,
+        " attention layers; prefix caching shares no KV pages yet, so it takes pure Mamba2 "
+        "models only: turn it off"));
   }
   // The oldest running prefill shares a step with at most (running - 1) decodes and must
   // still get one whole SSD chunk, or a long prompt would never advance.

@@ -22,6 +22,11 @@ struct SchedulerConfig {
   int32_t num_attention_layers = 0;   // 0 for a pure Mamba2 model
   int32_t ssd_chunk_size = 256;       // prompts split at its multiples (docs/ARCHITECTURE.md §4)
   int32_t eos_token_id = -1;          // -1: the model has none
+  // Prefix caching: the state of a prompt at chunk multiples is kept in rows no request
+  // holds, and a later prompt that starts with the same tokens resumes from it. Pure
+  // Mamba2 models only (a hybrid's KV pages are not shared yet).
+  bool prefix_cache = false;
+  int32_t prefix_cache_max_rows = 0;  // the most rows snapshots may hold; 0: no cap
 
   bool uses_kv_pages() const { return num_attention_layers > 0; }
 

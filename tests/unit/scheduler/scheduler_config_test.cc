@@ -22,6 +22,13 @@ TEST(SchedulerConfigTest, RefusesBadFieldsNamingThem) {
       {[](SchedulerConfig& c) { c.block_size = 0; }, "block_size"},
       {[](SchedulerConfig& c) { c.ssd_chunk_size = 0; }, "ssd_chunk_size"},
       {[](SchedulerConfig& c) { c.num_attention_layers = 2; }, "kv_pages"},
+      {[](SchedulerConfig& c) { c.prefix_cache_max_rows = -1; }, "prefix_cache_max_rows"},
+      {[](SchedulerConfig& c) {
+         c.prefix_cache = true;
+         c.num_attention_layers = 2;
+         c.kv_pages = 8;
+       },
+       "prefix_cache"},
   };
   for (const Case& test_case : cases) {
     SchedulerConfig config;

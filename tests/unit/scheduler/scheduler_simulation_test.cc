@@ -1,10 +1,19 @@
 // A randomized simulation of the scheduler against a fake executor, 10,000 steps per shape.
-// The fake executor plays the workers: it keeps, per state slot, which request's state it
-// holds and how many tokens that state has consumed, and per KV page which (request,
-// position) each entry holds; it rejects any plan that reads state or K/V it did not write
-// for that request. The test keeps its own model of every request (the tokens streamed,
-// which row and pages it holds) and checks the invariants after every step:
-//   - no row or page held by two live requests; budgets and the token budget respected;
+// The fake executor plays the workers: it keeps, per state slot, the tokens the state held
+// there has consumed (carried along by the plan's restores and snapshots, in the order the
+// workers run them), and per KV page which (request, position) each entry holds; it
+// rejects any plan that resumes a state from a slot holding a different number of tokens
+// or reads K/V it did not write for that request, and after each step the test checks
+// that every slot a sequence ran on holds exactly that request's tokens: a request that
+// resumed from an evicted or overwritten snapshot would hold others. The test keeps its
+// own model of every request (the tokens streamed, which row and pages it holds) and
+// checks the invariants after every step:
+//   - no row or page held by two live requests, nor a snapshot taken into a row a
+//     request holds; budgets and the token budget respected; rows held by requests, free
+//     and held by the prefix cache add up to the state rows (none leaks);
+//   - every admissible request is admitted: on a model without pages, a request waits
+//     only when the sequences or the rows are all taken by requests, or less than an SSD
+//     chunk of the token budget is left (a snapshot's row counts as free);
 //   - decodes first, never starved: a request that was decoding is in the plan or was
 //     preempted; a step that preempted admits nobody;
 //   - a run's tokens are exactly the request's prompt plus streamed outputs at its
@@ -13,7 +22,10 @@
 //   - each streamed token is the fake model's token for (request, output index), so every
 //     token is delivered exactly once and in order; finish reasons follow the rules,
 //     recomputed here independently.
-// At the end every request finished or was cancelled and both pools are full again.
+//   - with the prefix cache, each request resumes at a chunk multiple, reports it as its
+//     cached tokens, and the hit counters add up to the admissions seen.
+// At the end every request finished or was cancelled and both pools are full again (the
+// state rows counting the prefix cache's).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -53,11 +65,32 @@ class FakeExecutor {
         pages_(config.uses_kv_pages() ? config.kv_pages : 0,
                std::vector<Entry>(config.block_size)) {}
 
-  // Runs the plan: checks every read against what was written, then writes.
+  // After a failed step: what the plan wrote holds nothing anybody may resume from.
+  void Spoil(const StepPlan& plan) {
+    for (const ScheduledSequence& sequence : plan.sequences) {
+      slots_[sequence.state_slot].tokens.assign(1, -1);
+    }
+    for (const StateCopy& copy : plan.snapshots) slots_[copy.to_slot].tokens.assign(1, -1);
+  }
+
+  // The tokens the state in `slot` has consumed.
+  const std::vector<int32_t>& Contents(int32_t slot) const { return slots_[slot].tokens; }
+
+  // Runs the plan: restores, then the sequences, then snapshots, as the workers do;
+  // checks every read against what was written, then writes.
   StepResult Execute(const StepPlan& plan, std::string* errors) {
     StepResult result;
     result.step_id = plan.step_id;
     std::set<int32_t> slots_seen;
+    for (const ScheduledSequence& sequence : plan.sequences) slots_seen.insert(sequence.state_slot);
+    for (const StateCopy& copy : plan.restores) {
+      Copy(copy, "restore", plan.step_id, errors);
+      if (!slots_seen.contains(copy.to_slot)) {
+        absl::StrAppend(errors, "step ", plan.step_id, ": restore into slot ", copy.to_slot,
+                        " that no sequence runs on\n");
+      }
+    }
+    slots_seen.clear();
     std::set<int32_t> pages_seen;
     for (const ScheduledSequence& sequence : plan.sequences) {
       const std::string where =
@@ -68,12 +101,16 @@ class FakeExecutor {
         continue;
       }
       const int32_t end = sequence.start_position + static_cast<int32_t>(sequence.token_ids.size());
-      if (!sequence.fresh && (slots_[slot].request_id != sequence.request_id ||
-                              slots_[slot].position != sequence.start_position)) {
-        absl::StrAppend(errors, where, "slot ", slot, " holds request ", slots_[slot].request_id,
-                        " at ", slots_[slot].position, ", not ", sequence.start_position, "\n");
+      Slot& state = slots_[slot];
+      if (sequence.fresh) {
+        state.tokens.clear();
+        state.written = true;
+      } else if (!state.written ||
+                 static_cast<int32_t>(state.tokens.size()) != sequence.start_position) {
+        absl::StrAppend(errors, where, "slot ", slot, " holds ", state.tokens.size(),
+                        " tokens, not ", sequence.start_position, "\n");
       }
-      slots_[slot] = {sequence.request_id, end};
+      state.tokens.insert(state.tokens.end(), sequence.token_ids.begin(), sequence.token_ids.end());
       if (config_.uses_kv_pages()) {
         const int32_t pages_needed = (end + config_.block_size - 1) / config_.block_size;
         if (static_cast<int32_t>(sequence.kv_block_table.size()) < pages_needed) {
@@ -109,6 +146,13 @@ class FakeExecutor {
         result.tokens.push_back(token);
       }
     }
+    for (const StateCopy& copy : plan.snapshots) {
+      if (slots_seen.contains(copy.to_slot) || !slots_seen.contains(copy.from_slot)) {
+        absl::StrAppend(errors, "step ", plan.step_id, ": snapshot from slot ", copy.from_slot,
+                        " into slot ", copy.to_slot, ", which a sequence of the plan runs on\n");
+      }
+      Copy(copy, "snapshot", plan.step_id, errors);
+    }
     return result;
   }
 
@@ -117,8 +161,24 @@ class FakeExecutor {
     uint64_t request_id = 0;
     int32_t position = -1;
   };
+  struct Slot {
+    bool written = false;
+    std::vector<int32_t> tokens;
+  };
+
+  void Copy(const StateCopy& copy, const char* what, uint64_t step, std::string* errors) {
+    const auto valid = [&](int32_t slot) { return slot >= 0 && slot < config_.state_rows; };
+    if (!valid(copy.from_slot) || !valid(copy.to_slot) || copy.from_slot == copy.to_slot ||
+        !slots_[copy.from_slot].written) {
+      absl::StrAppend(errors, "step ", step, ": ", what, " from slot ", copy.from_slot, " to slot ",
+                      copy.to_slot, "\n");
+      return;
+    }
+    slots_[copy.to_slot] = slots_[copy.from_slot];
+  }
+
   SchedulerConfig config_;
-  std::vector<Entry> slots_;               // position: tokens the state has consumed
+  std::vector<Slot> slots_;
   std::vector<std::vector<Entry>> pages_;  // [page][offset in page]
 };
 
@@ -129,6 +189,8 @@ struct Tracked {
   std::vector<int32_t> streamed;  // outputs delivered so far
   bool decoding = false;          // sampled last step and still live: must decode now
   int32_t slot = -1;              // held row as seen in plans, -1 when none
+  int32_t cached = 0;             // where its first run started (prompt tokens from the cache)
+  bool admitted = false;
   std::set<int32_t> pages;        // held pages as seen in plans
   bool done = false;
   FinishReason reason = FinishReason::kNone;
@@ -138,15 +200,26 @@ struct Shape {
   const char* name;
   SchedulerConfig config;
   uint64_t seed;
+  // Prompts drawn as one of a few shared "system prompts" (whole, or cut near a chunk
+  // multiple) followed by a short question, as chat traffic is.
+  bool shared_prefixes = false;
 };
 
 class Simulation {
  public:
   explicit Simulation(const Shape& shape)
-      : config_(shape.config), executor_(shape.config), rng_(shape.seed) {
+      : config_(shape.config),
+        shared_prefixes_(shape.shared_prefixes),
+        executor_(shape.config),
+        rng_(shape.seed) {
     absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(config_);
     EXPECT_TRUE(scheduler.ok()) << scheduler.status();
     scheduler_ = std::move(scheduler).value();
+    for (int32_t i = 0; i < 5; ++i) {
+      std::vector<int32_t> system(static_cast<size_t>(Uniform(4, 70)));
+      for (int32_t& token : system) token = Uniform(1, kVocab - 1);
+      systems_.push_back(std::move(system));
+    }
   }
 
   // Steps with arrivals, then without until the scheduler is empty.
@@ -169,9 +242,13 @@ class Simulation {
       EXPECT_TRUE(request.done) << "request " << id << " never finished";
     }
     const SchedulerCounters counters = scheduler_->counters();
-    EXPECT_EQ(counters.rows_free, config_.state_rows);
+    EXPECT_EQ(counters.rows_free + counters.prefix_cache_rows, config_.state_rows);
+    EXPECT_EQ(counters.rows_used, 0);
     EXPECT_EQ(counters.pages_free, config_.uses_kv_pages() ? config_.kv_pages : 0);
     EXPECT_EQ(counters.running + counters.waiting, 0);
+    EXPECT_EQ(counters.prefix_cache_hits + counters.prefix_cache_misses,
+              config_.prefix_cache ? admissions_ : 0);
+    EXPECT_EQ(counters.prefix_cache_hit_tokens, hit_tokens_);
   }
 
   int64_t preemptions() const { return scheduler_->counters().preemptions; }
@@ -182,6 +259,7 @@ class Simulation {
   }
   int64_t refused() const { return refused_; }
   int64_t sampled() const { return sampled_; }
+  SchedulerCounters counters() const { return scheduler_->counters(); }
 
  private:
   int32_t Uniform(int32_t lo, int32_t hi) {
@@ -195,9 +273,27 @@ class Simulation {
     for (int32_t i = 0; i < arrivals; ++i) {
       NewRequest spec;
       spec.request_id = next_id_++;
-      const int32_t prompt_len = Chance(0.05) ? config_.max_model_len : Uniform(1, 60);
-      for (int32_t t = 0; t < prompt_len; ++t)
-        spec.prompt_token_ids.push_back(Uniform(1, kVocab - 1));
+      if (shared_prefixes_ && Chance(0.9)) {
+        // A system prompt, whole or cut within a token of a chunk multiple, then a
+        // question; sometimes with its end asked for as a cut.
+        const std::vector<int32_t>& system = systems_[Uniform(0, 4)];
+        int32_t keep = static_cast<int32_t>(system.size());
+        if (Chance(0.3)) {
+          const int32_t chunk = config_.ssd_chunk_size;
+          keep = std::clamp(Uniform(1, keep / chunk + 1) * chunk + Uniform(-1, 1), 1, keep);
+        }
+        spec.prompt_token_ids.assign(system.begin(), system.begin() + keep);
+        if (Chance(0.3)) spec.cache_prefix_tokens = keep;
+        const int32_t question = Chance(0.2) ? 0 : Uniform(1, 20);
+        for (int32_t t = 0; t < question; ++t)
+          spec.prompt_token_ids.push_back(Uniform(1, kVocab - 1));
+        if (Chance(0.02)) spec.prompt_token_ids.resize(config_.max_model_len, 1);
+      } else {
+        const int32_t prompt_len = Chance(0.05) ? config_.max_model_len : Uniform(1, 60);
+        for (int32_t t = 0; t < prompt_len; ++t)
+          spec.prompt_token_ids.push_back(Uniform(1, kVocab - 1));
+      }
+      const int32_t prompt_len = static_cast<int32_t>(spec.prompt_token_ids.size());
       spec.max_tokens = Chance(0.1) ? 0 : Uniform(1, 50);
       spec.ignore_eos = Chance(0.3);
       if (Chance(0.3)) spec.stop_token_ids = {Uniform(1, kVocab - 1)};
@@ -261,6 +357,7 @@ class Simulation {
     ASSERT_TRUE(update.ok()) << update.status();
     ASSERT_EQ(update->finish_reason, reason);
     ASSERT_EQ(update->num_output_tokens, static_cast<int32_t>(requests_[id].streamed.size()));
+    ASSERT_EQ(update->num_cached_tokens, requests_[id].cached);
     Release(id, reason);
   }
 
@@ -275,6 +372,16 @@ class Simulation {
     std::string errors;
     StepResult result = executor_.Execute(plan, &errors);
     ASSERT_TRUE(errors.empty()) << errors;
+    // Each slot a sequence ran on holds its request's tokens up to the run's end: the
+    // state it resumed (restored or carried) was that request's own prefix.
+    for (const ScheduledSequence& sequence : plan.sequences) {
+      const Tracked& request = requests_[sequence.request_id];
+      std::vector<int32_t> all = request.spec.prompt_token_ids;
+      all.insert(all.end(), request.streamed.begin(), request.streamed.end());
+      all.resize(sequence.start_position + sequence.token_ids.size());
+      ASSERT_EQ(executor_.Contents(sequence.state_slot), all)
+          << "step " << plan.step_id << " request " << sequence.request_id;
+    }
 
     // Mid-step cancellation: the update must skip it.
     std::set<uint64_t> cancelled_mid_step;
@@ -285,8 +392,10 @@ class Simulation {
       Release(id, FinishReason::kCancelled);
       cancelled_mid_step.insert(id);
     }
-    const bool fail = Chance(0.001);
+    // A failed step leaves unknown state in every row it wrote, snapshots included.
+    const bool fail = Chance(shared_prefixes_ ? 0.005 : 0.001);
     if (fail) {
+      executor_.Spoil(plan);
       result.ok = false;
       result.failed_rank = 1;
       result.error = "simulated kernel error";
@@ -301,8 +410,23 @@ class Simulation {
     const SchedulerCounters counters = scheduler_->counters();
     ASSERT_LE(plan.NumTokens(), config_.max_batched_tokens);
     ASSERT_LE(counters.running, std::min(config_.max_num_seqs, config_.state_rows));
-    ASSERT_EQ(counters.rows_used + counters.rows_free, config_.state_rows);
+    ASSERT_EQ(counters.rows_used + counters.rows_free + counters.prefix_cache_rows,
+              config_.state_rows);
     ASSERT_EQ(counters.rows_used, counters.running);
+    if (!config_.prefix_cache) {
+      ASSERT_EQ(counters.prefix_cache_rows, 0);
+    }
+    if (config_.prefix_cache_max_rows > 0) {
+      ASSERT_LE(counters.prefix_cache_rows, config_.prefix_cache_max_rows);
+    }
+    // Every admissible request admitted (without pages, rows and tokens are all that bind).
+    if (!config_.uses_kv_pages() && counters.waiting > 0) {
+      ASSERT_TRUE(counters.running == config_.max_num_seqs ||
+                  counters.running == config_.state_rows ||
+                  config_.max_batched_tokens - plan.NumTokens() < config_.ssd_chunk_size)
+          << "step " << plan.step_id << ": " << counters.waiting << " waiting, " << counters.running
+          << " running, " << plan.NumTokens() << " tokens planned";
+    }
     ASSERT_LE(counters.pages_used, config_.uses_kv_pages() ? config_.kv_pages : 0);
     ASSERT_EQ(counters.waiting + counters.running, static_cast<int32_t>(live_.size()));
     ASSERT_EQ(counters.tokens_scheduled_last_step, plan.NumTokens());
@@ -352,13 +476,23 @@ class Simulation {
         }
       }
 
-      // Ownership: a fresh sequence takes a row nobody holds; others keep theirs.
+      // Ownership: an admitted sequence (fresh, or resumed from a snapshot at a chunk
+      // multiple) takes a row nobody holds; others keep theirs.
       if (sequence.fresh) {
         ASSERT_EQ(request.slot, -1) << "request " << id << " admitted twice";
+      }
+      if (request.slot == -1) {
         ASSERT_FALSE(slot_owner_.contains(sequence.state_slot))
             << "slot " << sequence.state_slot << " held by " << slot_owner_[sequence.state_slot];
+        ASSERT_TRUE(sequence.fresh ||
+                    (config_.prefix_cache && sequence.start_position % config_.ssd_chunk_size == 0))
+            << "request " << id << " admitted at " << sequence.start_position;
         request.slot = sequence.state_slot;
         slot_owner_[sequence.state_slot] = id;
+        ++admissions_;
+        hit_tokens_ += sequence.start_position;
+        if (!request.admitted) request.cached = sequence.start_position;
+        request.admitted = true;
       } else {
         ASSERT_EQ(request.slot, sequence.state_slot) << "request " << id << " changed rows";
       }
@@ -374,6 +508,11 @@ class Simulation {
             std::count(sequence.kv_block_table.begin(), sequence.kv_block_table.end(), page))
             << "request " << id << " lost page " << page;
       }
+    }
+    // A snapshot goes into a row no request holds.
+    for (const StateCopy& copy : plan.snapshots) {
+      ASSERT_FALSE(slot_owner_.contains(copy.to_slot))
+          << "snapshot into slot " << copy.to_slot << " held by " << slot_owner_[copy.to_slot];
     }
     // Never starved: every request that was decoding runs, unless it was preempted.
     for (uint64_t id : live_) {
@@ -437,6 +576,7 @@ class Simulation {
       ASSERT_EQ(update.finish_reason, ExpectedFinish(request, update.token->token_id, config_))
           << "request " << id << " after " << request.streamed.size() << " outputs";
       ASSERT_EQ(update.num_output_tokens, static_cast<int32_t>(request.streamed.size()));
+      ASSERT_EQ(update.num_cached_tokens, request.cached);
       if (update.finish_reason != FinishReason::kNone) {
         Release(id, update.finish_reason);
       } else {
@@ -446,6 +586,8 @@ class Simulation {
   }
 
   SchedulerConfig config_;
+  bool shared_prefixes_;
+  std::vector<std::vector<int32_t>> systems_;
   FakeExecutor executor_;
   std::mt19937_64 rng_;
   std::unique_ptr<Scheduler> scheduler_;
@@ -456,6 +598,8 @@ class Simulation {
   uint64_t next_id_ = 1;
   int64_t refused_ = 0;
   int64_t sampled_ = 0;
+  int64_t admissions_ = 0;
+  int64_t hit_tokens_ = 0;
 };
 
 SchedulerConfig BaseConfig() {
@@ -489,10 +633,22 @@ TEST_P(SchedulerSimulationTest, TenThousandRandomStepsKeepEveryInvariant) {
   if (shape.config.uses_kv_pages()) {
     EXPECT_GT(simulation.preemptions(), 100);
   }
-  std::printf("%s: %lld tokens sampled, %lld preemptions, %lld refused\n", shape.name,
-              static_cast<long long>(simulation.sampled()),
-              static_cast<long long>(simulation.preemptions()),
-              static_cast<long long>(simulation.refused()));
+  const SchedulerCounters counters = simulation.counters();
+  if (shape.config.prefix_cache) {
+    // Hits, and evictions under pressure, happened often enough to matter.
+    EXPECT_GT(counters.prefix_cache_hits, 200);
+    EXPECT_GT(counters.prefix_cache_evictions, 100);
+  }
+  std::printf(
+      "%s: %lld tokens sampled, %lld preemptions, %lld refused, prefix cache %lld hits "
+      "(%lld tokens), %lld misses, %lld evictions\n",
+      shape.name, static_cast<long long>(simulation.sampled()),
+      static_cast<long long>(simulation.preemptions()),
+      static_cast<long long>(simulation.refused()),
+      static_cast<long long>(counters.prefix_cache_hits),
+      static_cast<long long>(counters.prefix_cache_hit_tokens),
+      static_cast<long long>(counters.prefix_cache_misses),
+      static_cast<long long>(counters.prefix_cache_evictions));
 }
 
 Shape HybridShape(uint64_t seed) {
@@ -503,9 +659,23 @@ Shape HybridShape(uint64_t seed) {
   return {"hybrid", config, seed};
 }
 
+// The prefix cache on a pure Mamba2 model: three rows more than sequences, so that
+// snapshots survive a while but are evicted whenever the requests need the rows, with or
+// without a cap of its own.
+Shape PrefixShape(const char* name, int32_t max_rows, uint64_t seed) {
+  SchedulerConfig config = BaseConfig();
+  config.max_num_seqs = 6;
+  config.state_rows = 9;
+  config.prefix_cache = true;
+  config.prefix_cache_max_rows = max_rows;
+  return {name, config, seed, /*shared_prefixes=*/true};
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, SchedulerSimulationTest,
                          ::testing::Values(HybridShape(1), HybridShape(2),
-                                           Shape{"pure_mamba2", BaseConfig(), 3}),
+                                           Shape{"pure_mamba2", BaseConfig(), 3},
+                                           PrefixShape("prefix_cache", 0, 4),
+                                           PrefixShape("prefix_cache_capped", 2, 5)),
                          [](const ::testing::TestParamInfo<Shape>& info) {
                            return absl::StrCat(info.param.name, "_seed", info.param.seed);
                          });
