@@ -1,5 +1,6 @@
 #include "engine/engine_loop.h"
 
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -164,7 +165,8 @@ void EngineLoop::PublishSnapshot() {
   snapshot.waiting = counters.waiting;
   snapshot.running = counters.running;
   snapshot.rows_free = counters.rows_free;
-  snapshot.rows_total = counters.rows_free + counters.rows_used;
+  snapshot.rows_total = counters.rows_free + counters.rows_used + counters.prefix_cache_rows;
+  snapshot.prefix_cache_rows = counters.prefix_cache_rows;
   snapshot.pages_free = counters.pages_free;
   snapshot.pages_total = counters.pages_free + counters.pages_used;
   snapshot.steps = counters.steps;
@@ -175,9 +177,20 @@ void EngineLoop::PublishSnapshot() {
     metrics_->state_rows_used().Set(counters.rows_used);
     metrics_->kv_pages_free().Set(counters.pages_free);
     metrics_->kv_pages_used().Set(counters.pages_used);
-    if (counters.preemptions > preemptions_seen_) {
-      metrics_->preemptions().Increment(static_cast<double>(counters.preemptions - preemptions_seen_));
-      preemptions_seen_ = counters.preemptions;
+    metrics_->prefix_cache_rows().Set(counters.prefix_cache_rows);
+    // The scheduler counts since start; the metrics get what is new since the last look.
+    for (auto [now, seen, counter] :
+         {std::tuple{counters.preemptions, &counted_.preemptions, &metrics_->preemptions()},
+          std::tuple{counters.prefix_cache_hits, &counted_.prefix_cache_hits,
+                     &metrics_->prefix_cache_hits()},
+          std::tuple{counters.prefix_cache_misses, &counted_.prefix_cache_misses,
+                     &metrics_->prefix_cache_misses()},
+          std::tuple{counters.prefix_cache_hit_tokens, &counted_.prefix_cache_hit_tokens,
+                     &metrics_->prefix_cache_hit_tokens()},
+          std::tuple{counters.prefix_cache_evictions, &counted_.prefix_cache_evictions,
+                     &metrics_->prefix_cache_evictions()}}) {
+      if (now > *seen) counter->Increment(static_cast<double>(now - *seen));
+      *seen = now;
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -249,6 +262,7 @@ void EngineLoop::Admit(Submission submission) {
   request.max_tokens = input.max_tokens.value_or(0);
   request.stop_token_ids = input.stop_token_ids;
   request.ignore_eos = input.ignore_eos;
+  request.cache_prefix_tokens = input.cache_prefix_tokens;
   const absl::Status added = scheduler_->AddRequest(std::move(request));
   if (!added.ok()) {
     StreamBatch refusal;
@@ -322,6 +336,7 @@ void EngineLoop::Apply(const RequestUpdate& update) {
   auto it = active_.find(update.request_id);
   if (it == active_.end()) return;
   Active& active = it->second;
+  active.cached_prompt_tokens = update.num_cached_tokens;
   if (update.finish_reason == FinishReason::kError) {
     StreamBatch failure;
     failure.error = update.error.ok() ? absl::InternalError("the step failed on a worker rank")
@@ -393,6 +408,7 @@ void EngineLoop::End(uint64_t request_id, Active& active, StreamBatch batch, Str
   final.matched_stop = std::move(matched_stop);
   final.prompt_tokens = active.prompt_tokens;
   final.completion_tokens = active.completion_tokens;
+  final.cached_prompt_tokens = active.cached_prompt_tokens;
   final.queue_seconds = SecondsBetween(active.arrival, active.admitted.value_or(now));
   final.time_to_first_token_seconds =
       active.first_token.has_value() ? SecondsBetween(active.arrival, *active.first_token) : 0.0;

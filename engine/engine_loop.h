@@ -52,6 +52,7 @@ struct EngineSnapshot {
   int32_t rows_total = 0;
   int32_t pages_free = 0;
   int32_t pages_total = 0;
+  int32_t prefix_cache_rows = 0;  // rows holding snapshots: counted in rows_total, not free
   int64_t steps = 0;
 };
 
@@ -119,6 +120,7 @@ class EngineLoop {
     bool wants_logprobs = false;
     int32_t prompt_tokens = 0;
     int32_t completion_tokens = 0;
+    int32_t cached_prompt_tokens = 0;  // as the scheduler last reported it
     Clock::time_point arrival;
     std::optional<Clock::time_point> admitted;
     std::optional<Clock::time_point> first_token;
@@ -143,7 +145,8 @@ class EngineLoop {
   const tokenizer::Tokenizer& tokenizer_;
   StepExecutor& executor_;
   metrics::CoilMetrics* metrics_;
-  int64_t preemptions_seen_ = 0;
+  // Scheduler counters already added to the metrics' counters.
+  SchedulerCounters counted_;
   absl::flat_hash_map<uint64_t, Active> active_;  // the loop's thread only
   std::atomic<uint64_t> next_request_id_{1};
 

@@ -85,6 +85,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       response_.set_matched_stop(final.matched_stop);
       response_.mutable_usage()->set_prompt_tokens(final.prompt_tokens);
       response_.mutable_usage()->set_completion_tokens(final.completion_tokens);
+      response_.mutable_usage()->set_cached_prompt_tokens(final.cached_prompt_tokens);
       response_.mutable_timings()->set_queue_seconds(final.queue_seconds);
       response_.mutable_timings()->set_time_to_first_token_seconds(
           final.time_to_first_token_seconds);
@@ -183,6 +184,7 @@ absl::StatusOr<GenerationInput> ToInput(const GenerateRequest& request,
   input.stop.assign(sampling.stop().begin(), sampling.stop().end());
   input.stop_token_ids.assign(sampling.stop_token_ids().begin(), sampling.stop_token_ids().end());
   input.ignore_eos = sampling.ignore_eos();
+  input.cache_prefix_tokens = request.cache_prefix_tokens();
   return input;
 }
 
@@ -292,6 +294,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
   info.set_kv_pages_free(snapshot.pages_free);
   info.set_waiting_requests(snapshot.waiting);
   info.set_running_requests(snapshot.running);
+  info.set_prefix_cache_rows(snapshot.prefix_cache_rows);
   Reply(info, response);
   reactor->Finish(grpc::Status::OK);
   return reactor;

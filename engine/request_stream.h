@@ -32,6 +32,7 @@ struct StreamFinal {
   std::string matched_stop;  // the stop string, or the stop token's text
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+  int32_t cached_prompt_tokens = 0;  // prompt tokens resumed from the prefix cache
   double queue_seconds = 0.0;
   double time_to_first_token_seconds = 0.0;
   double total_seconds = 0.0;

@@ -62,6 +62,11 @@ absl::Status ValidateGeneration(const GenerationInput& input, const ServingLimit
           " (--max-model-len); lower max_tokens to at most ", limits.max_model_len - prompt_len));
     }
   }
+  if (input.cache_prefix_tokens < 0 || input.cache_prefix_tokens > prompt_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache_prefix_tokens is ", input.cache_prefix_tokens, "; the prompt has ",
+                     prompt_len, " tokens: give the length of a prefix of it (0: none)"));
+  }
   COIL_RETURN_IF_ERROR(ValidateSamplingParams(input.sampling));
   if (static_cast<int64_t>(input.stop.size()) > limits.max_stop_strings) {
     return absl::InvalidArgumentError(absl::StrCat("there are ", input.stop.size(),

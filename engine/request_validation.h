@@ -43,6 +43,8 @@ struct GenerationInput {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  // Also keep the prefix cache's snapshot after this many prompt tokens (0: none asked).
+  int32_t cache_prefix_tokens = 0;
 };
 
 absl::Status ValidateGeneration(const GenerationInput& input, const ServingLimits& limits);

@@ -102,6 +102,14 @@ ABSL_FLAG(int32_t, max_num_seqs, 256, "most requests running at once");
 ABSL_FLAG(int32_t, max_batched_tokens, 2048, "most tokens in one step (decodes and prefill)");
 ABSL_FLAG(int32_t, max_model_len, 4096, "most tokens of one request, prompt plus output");
 ABSL_FLAG(int32_t, max_queue, 1024, "most waiting requests; more are refused RESOURCE_EXHAUSTED");
+ABSL_FLAG(bool, prefix_cache, true,
+          "keep the state of prompts at chunk multiples in state rows no request holds and "
+          "resume later prompts that start with the same tokens from it (pure Mamba2 models; "
+          "--prefix-cache=false turns it off)");
+ABSL_FLAG(int32_t, prefix_cache_rows, 0,
+          "most state rows the prefix cache may hold (0: any row no request holds); with "
+          "--state-rows 0 the rows derived from --memory-budget may exceed --max-num-seqs by "
+          "this many (0: by as many as the budget holds)");
 ABSL_FLAG(int32_t, drain_timeout, 30,
           "seconds in-flight requests may run after SIGTERM/SIGINT before they are cancelled");
 ABSL_FLAG(double, rank_timeout, 10,
@@ -278,6 +286,13 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
   config.kv_pages = absl::GetFlag(FLAGS_kv_pages);
   config.num_attention_layers = 0;  // a pure Mamba2 model
   config.ssd_chunk_size = static_cast<int32_t>(plan.model.chunk_size);
+  config.prefix_cache = absl::GetFlag(FLAGS_prefix_cache) && !config.uses_kv_pages();
+  config.prefix_cache_max_rows = absl::GetFlag(FLAGS_prefix_cache_rows);
+  if (config.prefix_cache_max_rows < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--prefix-cache-rows is ",
+                                                   config.prefix_cache_max_rows,
+                                                   "; give a count, or 0 for no cap"));
+  }
 
   const int64_t physical = PhysicalMemoryBytes();
   COIL_ASSIGN_OR_RETURN(const int64_t budget, ParseBytes(absl::GetFlag(FLAGS_memory_budget)));
@@ -303,8 +318,13 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
           "--memory-budget ", MiB(budget), " holds no state row (one request needs ",
           plan.state_bytes_per_sequence, " bytes per rank); raise --memory-budget or set --state-rows"));
     }
-    // Rows beyond --max-num-seqs could never be used at once.
-    config.state_rows = static_cast<int32_t>(std::min<int64_t>(rows, config.max_num_seqs));
+    // Rows beyond --max-num-seqs could never be used at once by requests; the prefix cache
+    // keeps its snapshots in such rows (as many as the budget holds, or its cap).
+    const int64_t cache_rows = !config.prefix_cache               ? 0
+                               : config.prefix_cache_max_rows > 0 ? config.prefix_cache_max_rows
+                                                                  : rows;
+    config.state_rows =
+        static_cast<int32_t>(std::min<int64_t>(rows, int64_t{config.max_num_seqs} + cache_rows));
   }
   if (config.uses_kv_pages() && config.kv_pages == 0) {
     return absl::InvalidArgumentError(
@@ -384,6 +404,8 @@ coil::v1::ModelInfo StaticInfo(const std::string& model_dir, const model::Model&
   info.set_max_model_len(config.max_model_len);
   info.set_block_size(config.block_size);
   info.set_num_attention_layers(config.num_attention_layers);
+  info.set_prefix_cache(config.prefix_cache);
+  info.set_prefix_cache_max_rows(config.prefix_cache_max_rows);
   return info;
 }
 
@@ -629,12 +651,19 @@ int Main(int argc, char** argv) {
                    << MiB(int64_t{plan->scheduler.state_rows + 1} * plan->state_bytes_per_sequence)
                    << " (+1 scratch row)"
                    << (absl::GetFlag(FLAGS_state_rows) == 0
-                           ? absl::StrCat(", derived from --memory-budget ", absl::GetFlag(FLAGS_memory_budget))
+                           ? absl::StrCat(", derived from --memory-budget ",
+                                          absl::GetFlag(FLAGS_memory_budget))
                            : std::string(", from --state-rows"))
                    << "; kv pages " << plan->scheduler.kv_pages << "; max_num_seqs "
                    << plan->scheduler.max_num_seqs << ", max_batched_tokens "
                    << plan->scheduler.max_batched_tokens << ", max_model_len "
-                   << plan->scheduler.max_model_len << ", max_queue " << plan->scheduler.max_queue;
+                   << plan->scheduler.max_model_len << ", max_queue " << plan->scheduler.max_queue
+                   << "; prefix cache "
+                   << (!plan->scheduler.prefix_cache ? std::string("off")
+                       : plan->scheduler.prefix_cache_max_rows > 0
+                           ? absl::StrCat("on, at most ", plan->scheduler.prefix_cache_max_rows,
+                                          " rows")
+                           : std::string("on, in any row no request holds"));
   }
 
   // 2. The device; with --device cuda the state pool is checked against the GPU's memory.

@@ -1,7 +1,7 @@
 // coil-cli: talks to a running coil-serve.
 //
 //   coil-cli --target HOST:PORT generate ("PROMPT" | --ids 1,2,3) [--max-tokens N]
-//            [--temperature T] [--seed S] [--print-ids]
+//            [--temperature T] [--seed S] [--cache-prefix-tokens N] [--print-ids]
 //   coil-cli --target HOST:PORT info        (exit 1 when unreachable or not serving)
 //   coil-cli --target HOST:PORT tokenize "TEXT"
 //
@@ -30,6 +30,8 @@ ABSL_FLAG(float, temperature, 0.0f, "generate: sampling temperature (0: greedy)"
 ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt, "generate: random seed");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "generate: stop strings, comma-separated");
 ABSL_FLAG(bool, ignore_eos, false, "generate: keep going after the end-of-text token");
+ABSL_FLAG(int32_t, cache_prefix_tokens, 0,
+          "generate: also keep the server's prefix-cache snapshot after this many prompt tokens");
 ABSL_FLAG(bool, print_ids, false, "generate: print the generated ids instead of text");
 ABSL_FLAG(int32_t, timeout_ms, 0, "deadline of the call in milliseconds (0: none)");
 ABSL_FLAG(int32_t, connect_timeout_ms, 5000, "how long to wait for the server");
@@ -75,6 +77,7 @@ int Generate(Client& client, const std::vector<std::string>& args) {
   if (auto seed = absl::GetFlag(FLAGS_seed)) sampling->set_seed(*seed);
   for (const std::string& stop : absl::GetFlag(FLAGS_stop)) sampling->add_stop(stop);
   sampling->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  request.set_cache_prefix_tokens(absl::GetFlag(FLAGS_cache_prefix_tokens));
 
   const bool print_ids = absl::GetFlag(FLAGS_print_ids);
   bool first_id = true;
@@ -109,11 +112,11 @@ int Generate(Client& client, const std::vector<std::string>& args) {
   const auto& final = generation->final;
   const int32_t generated = static_cast<int32_t>(generation->token_ids.size());
   std::fprintf(stderr,
-               "finish: %s; %d prompt + %d generated tokens; time to first token %.1f ms; "
-               "%.1f ms in all; %.1f tokens/s after the first (server: queue %.1f ms, "
-               "ttft %.1f ms)\n",
-               FinishName(final.finish_reason()), final.usage().prompt_tokens(), generated,
-               ttft * 1e3, seconds * 1e3,
+               "finish: %s; %d prompt (%d from the prefix cache) + %d generated tokens; time "
+               "to first token %.1f ms; %.1f ms in all; %.1f tokens/s after the first "
+               "(server: queue %.1f ms, ttft %.1f ms)\n",
+               FinishName(final.finish_reason()), final.usage().prompt_tokens(),
+               final.usage().cached_prompt_tokens(), generated, ttft * 1e3, seconds * 1e3,
                generated > 1 && seconds > ttft ? (generated - 1) / (seconds - ttft) : 0.0,
                final.timings().queue_seconds() * 1e3,
                final.timings().time_to_first_token_seconds() * 1e3);

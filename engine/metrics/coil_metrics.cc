@@ -114,6 +114,22 @@ absl::Status CoilMetrics::Register() {
                                    "Prompt tokens prefilled (recomputation counts again)."));
   COIL_ASSIGN_OR_RETURN(generated_tokens_, NewCounter(r, "coil_generated_tokens_total",
                                                       "Tokens generated and sent to clients."));
+  COIL_ASSIGN_OR_RETURN(prefix_cache_hits_,
+                        NewCounter(r, "coil_prefix_cache_hits_total",
+                                   "Requests admitted from a prefix-cache snapshot."));
+  COIL_ASSIGN_OR_RETURN(prefix_cache_misses_,
+                        NewCounter(r, "coil_prefix_cache_misses_total",
+                                   "Requests admitted with no prefix-cache snapshot to resume."));
+  COIL_ASSIGN_OR_RETURN(prefix_cache_hit_tokens_,
+                        NewCounter(r, "coil_prefix_cache_hit_tokens_total",
+                                   "Prompt tokens resumed from prefix-cache snapshots, not "
+                                   "computed again."));
+  COIL_ASSIGN_OR_RETURN(prefix_cache_evictions_,
+                        NewCounter(r, "coil_prefix_cache_evictions_total",
+                                   "Prefix-cache snapshots dropped to free their state row."));
+  COIL_ASSIGN_OR_RETURN(prefix_cache_rows_,
+                        NewGauge(r, "coil_prefix_cache_rows",
+                                 "Recurrent-state rows holding prefix-cache snapshots."));
   COIL_ASSIGN_OR_RETURN(
       time_to_first_token_,
       NewHistogram(r, "coil_time_to_first_token_seconds",

@@ -64,6 +64,15 @@ class CoilMetrics {
   Counter& preemptions() { return *preemptions_; }            // coil_preemptions_total
   Counter& prompt_tokens() { return *prompt_tokens_; }        // coil_prompt_tokens_total
   Counter& generated_tokens() { return *generated_tokens_; }  // coil_generated_tokens_total
+  // The prefix cache: coil_prefix_cache_hits_total, _misses_total (admissions that did or
+  // did not resume from a snapshot), _hit_tokens_total (prompt tokens not computed again),
+  // _evictions_total (snapshots dropped for their row), and coil_prefix_cache_rows (state
+  // rows holding snapshots).
+  Counter& prefix_cache_hits() { return *prefix_cache_hits_; }
+  Counter& prefix_cache_misses() { return *prefix_cache_misses_; }
+  Counter& prefix_cache_hit_tokens() { return *prefix_cache_hit_tokens_; }
+  Counter& prefix_cache_evictions() { return *prefix_cache_evictions_; }
+  Gauge& prefix_cache_rows() { return *prefix_cache_rows_; }
 
   // coil_time_to_first_token_seconds: arrival to the first generated token.
   Histogram& time_to_first_token() { return *time_to_first_token_; }
@@ -91,6 +100,11 @@ class CoilMetrics {
   Counter* preemptions_ = nullptr;
   Counter* prompt_tokens_ = nullptr;
   Counter* generated_tokens_ = nullptr;
+  Counter* prefix_cache_hits_ = nullptr;
+  Counter* prefix_cache_misses_ = nullptr;
+  Counter* prefix_cache_hit_tokens_ = nullptr;
+  Counter* prefix_cache_evictions_ = nullptr;
+  Gauge* prefix_cache_rows_ = nullptr;
   Histogram* time_to_first_token_ = nullptr;
   Histogram* inter_token_latency_ = nullptr;
   Histogram* request_latency_ = nullptr;

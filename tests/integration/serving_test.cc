@@ -101,15 +101,16 @@ std::vector<int32_t> PromptFor(int index) {
           static_cast<int32_t>(11 + (index * 29) % 230), static_cast<int32_t>(3 + index)};
 }
 
-// Waits until the server shows every state row free and nothing waiting or running.
+// Waits until the server shows every state row free (or holding a prefix-cache snapshot,
+// which any request may take back) and nothing waiting or running.
 void ExpectAllRowsFree(Client& client) {
   coil::v1::ModelInfo info;
   for (int attempt = 0; attempt < 250; ++attempt) {
     auto got = client.Info();
     ASSERT_TRUE(got.ok()) << got.status();
     info = *got;
-    if (info.state_rows_free() == info.state_rows_total() && info.running_requests() == 0 &&
-        info.waiting_requests() == 0) {
+    if (info.state_rows_free() + info.prefix_cache_rows() == info.state_rows_total() &&
+        info.running_requests() == 0 && info.waiting_requests() == 0) {
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -242,7 +243,71 @@ TEST(ServingTest, MetricsCountARequest) {
                 MetricValue(*before, "coil_prompt_tokens_total"), 5.0);
   EXPECT_EQ(MetricValue(*after, "coil_requests_finished_total{reason=\"length\"}") -
                 MetricValue(*before, "coil_requests_finished_total{reason=\"length\"}"), 1.0);
-  EXPECT_EQ(MetricValue(*after, "coil_state_rows_free"), 8.0);
+  EXPECT_EQ(
+      MetricValue(*after, "coil_state_rows_free") + MetricValue(*after, "coil_prefix_cache_rows"),
+      8.0);
+}
+
+// Prefix caching through the API at TP1 and TP2: a prompt sent again resumes from the
+// snapshot its first run left at its last whole chunk (the tiny model's chunk is 8: 25
+// tokens leave one at 24) and gives the first run's tokens and logprobs exactly; another
+// question after the same 20 tokens resumes at 16, the cut the first request asked for
+// (20 rounded down). The hits show in the usage and in the metrics.
+TEST(ServingTest, PrefixCacheResumesSharedPromptsExactly) {
+  for (const int ranks : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("TP", ranks));
+    ServerProcess& server = ServingEnvironment::Get()->Tp(ranks);
+    auto info = server.client().Info();
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_TRUE(info->prefix_cache());
+    auto before = server.FetchMetrics();
+    ASSERT_TRUE(before.ok()) << before.status();
+    // Tokens no other test sends, so that nothing of them is cached yet.
+    std::vector<int32_t> shared;
+    for (int32_t i = 0; i < 20; ++i) shared.push_back(100 + ranks * 40 + i);
+    std::vector<int32_t> prompt = shared;
+    prompt.insert(prompt.end(), {3, 1, 4, 1, 5});
+    coil::v1::GenerateRequest request = IdsRequest(prompt, 10, 0.8f, 99);
+    request.mutable_sampling()->set_logprobs(true);
+    request.set_cache_prefix_tokens(20);
+    auto cold = server.client().Generate(request);
+    ASSERT_TRUE(cold.ok()) << cold.status();
+    EXPECT_EQ(cold->final.usage().cached_prompt_tokens(), 0);
+    auto warm = server.client().Generate(request);
+    ASSERT_TRUE(warm.ok()) << warm.status();
+    EXPECT_EQ(warm->final.usage().cached_prompt_tokens(), 24);
+    EXPECT_EQ(warm->final.usage().prompt_tokens(), 25);
+    EXPECT_EQ(warm->token_ids, cold->token_ids);
+    ASSERT_EQ(warm->logprobs.size(), cold->logprobs.size());
+    for (size_t i = 0; i < cold->logprobs.size(); ++i) {
+      EXPECT_EQ(warm->logprobs[i].logprob(), cold->logprobs[i].logprob()) << "token " << i;
+    }
+    std::vector<int32_t> other = shared;
+    other.insert(other.end(), {2, 7, 1, 8});
+    auto resumed = server.client().Generate(IdsRequest(other, 4));
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_EQ(resumed->final.usage().cached_prompt_tokens(), 16);
+    ExpectAllRowsFree(server.client());
+    auto after = server.FetchMetrics();
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(MetricValue(*after, "coil_prefix_cache_hits_total") -
+                  MetricValue(*before, "coil_prefix_cache_hits_total"),
+              2.0);
+    EXPECT_EQ(MetricValue(*after, "coil_prefix_cache_misses_total") -
+                  MetricValue(*before, "coil_prefix_cache_misses_total"),
+              1.0);
+    EXPECT_EQ(MetricValue(*after, "coil_prefix_cache_hit_tokens_total") -
+                  MetricValue(*before, "coil_prefix_cache_hit_tokens_total"),
+              40.0);
+    EXPECT_GT(MetricValue(*after, "coil_prefix_cache_rows"), 0.0);
+  }
+  // A cut past the prompt's end is bad input.
+  coil::v1::GenerateRequest bad = IdsRequest({1, 2, 3}, 2);
+  bad.set_cache_prefix_tokens(4);
+  auto refused = Tp1().Generate(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("cache_prefix_tokens is 4"));
 }
 
 // The request counters by outcome: "OK" (finished, every reason) and each error code, read

@@ -60,6 +60,16 @@ TEST(RequestValidationTest, PromptLimits) {
   ExpectRefused(input, "id -1");
 }
 
+TEST(RequestValidationTest, CachePrefixTokensWithinThePrompt) {
+  GenerationInput input = Valid();  // a prompt of 3 tokens
+  input.cache_prefix_tokens = 3;
+  EXPECT_TRUE(ValidateGeneration(input, Limits()).ok());
+  input.cache_prefix_tokens = 4;
+  ExpectRefused(input, "cache_prefix_tokens is 4; the prompt has 3 tokens");
+  input.cache_prefix_tokens = -1;
+  ExpectRefused(input, "cache_prefix_tokens is -1");
+}
+
 TEST(RequestValidationTest, MaxTokens) {
   GenerationInput input = Valid();
   input.max_tokens = 0;
