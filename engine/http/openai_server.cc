@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -274,6 +275,7 @@ class Exchange {
     std::vector<int32_t> token_ids;  // return_token_ids, not streamed
     std::vector<StreamLogprob> logprobs;
     int32_t completion_tokens = 0;
+    int32_t cached_tokens = 0;  // prompt tokens resumed from the prefix cache
     int32_t text_offset = 0;  // completions logprobs' text_offset, streamed
     bool started = false;     // a first chunk was sent (role, echo)
     bool ended = false;
@@ -314,9 +316,20 @@ class Exchange {
     for (int32_t tokens : request_.prompt_tokens) prompt += tokens;
     int64_t completion = 0;
     for (const Choice& choice : choices_) completion += choice.completion_tokens;
+    // A prompt's cached tokens are those every one of its choices resumed from the prefix
+    // cache, so that, like the prompt, they count once.
+    std::vector<int64_t> cached(request_.prompt_tokens.size(), -1);
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      int64_t& least = cached[request_.choices[i].prompt_index];
+      const int64_t tokens = choices_[i].cached_tokens;
+      least = least < 0 ? tokens : std::min(least, tokens);
+    }
+    int64_t cached_tokens = 0;
+    for (const int64_t tokens : cached) cached_tokens += std::max<int64_t>(tokens, 0);
     return Json{{"prompt_tokens", prompt},
                 {"completion_tokens", completion},
-                {"total_tokens", prompt + completion}};
+                {"total_tokens", prompt + completion},
+                {"prompt_tokens_details", Json{{"cached_tokens", cached_tokens}}}};
   }
 
   static void AppendEvent(const Json& data, std::string& sse) {
@@ -334,6 +347,7 @@ class Exchange {
       choice.finish = batch.final->reason;
       choice.stop_reason = batch.final->matched_stop;
       choice.completion_tokens = batch.final->completion_tokens;
+      choice.cached_tokens = batch.final->cached_prompt_tokens;
     }
     if (!batch.error.ok()) {
       choice.ended = true;

@@ -206,6 +206,19 @@ for (const ranks of [1, 2]) {
       assert.equal(echoed.choices[0].text, "two" + single.choices[0].text);
     });
 
+    test("usage counts the prompt tokens resumed from the prefix cache", async () => {
+      // 25 token ids no other test sends: the first request computes them all and leaves a
+      // snapshot at 24 (the tiny model's chunk is 8); the same prompt again resumes there.
+      const ids = Array.from({ length: 25 }, (_, i) => 30000 + ranks * 100 + i);
+      const request = { model: "tiny", prompt: ids, max_tokens: 6, temperature: 0, ignore_eos: true };
+      const cold = await server.client.completions.create(request);
+      assert.equal(cold.usage.prompt_tokens_details.cached_tokens, 0);
+      const warm = await server.client.completions.create(request);
+      assert.equal(warm.usage.prompt_tokens_details.cached_tokens, 24);
+      assert.equal(warm.usage.prompt_tokens, 25);
+      assert.equal(warm.choices[0].text, cold.choices[0].text);
+    });
+
     test("chat completion equals the completion of the rendered template, streamed or not", async () => {
       const messages = [{ role: "system", content: "Be brief." }, { role: "user", content: "  Hello there \n" }];
       const chat = await server.client.chat.completions.create({ model: "tiny", messages, max_completion_tokens: 10, temperature: 0, ignore_eos: true });
