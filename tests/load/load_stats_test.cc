@@ -125,6 +125,28 @@ TEST(BuildReportTest, CountsThroughputAndLatencies) {
   EXPECT_DOUBLE_EQ(window.requests_per_s, 1.0);
 }
 
+TEST(BuildReportTest, CountsPrefixCacheHitsOverCompletedRequests) {
+  std::vector<RequestRecord> records = {Ok(0.0, 0.1, 1.0, 40, 2), Ok(0.0, 0.1, 1.0, 40, 2),
+                                        Ok(0.0, 0.1, 1.0, 20, 2),
+                                        Failed(0.2, 0.3, absl::StatusCode::kUnavailable)};
+  records[1].cached_prompt_tokens = 32;
+  records[2].cached_prompt_tokens = 16;
+  records[3].cached_prompt_tokens = 8;  // failed: not counted
+  const LoadReport r = BuildReport(records);
+  EXPECT_EQ(r.cache_hits, 2);
+  EXPECT_EQ(r.cached_prompt_tokens, 48);
+  EXPECT_EQ(r.prompt_tokens, 100);
+  // 2 of 3 completed requests hit; 48 of 100 prompt tokens came from the cache.
+  const nlohmann::json j = ReportToJson(r, {}, {}, false);
+  EXPECT_EQ(j["tokens"]["cached_prompt"], 48);
+  EXPECT_EQ(j["prefix_cache"]["hit_requests"], 2);
+  EXPECT_NEAR(j["prefix_cache"]["hit_rate"].get<double>(), 2.0 / 3.0, 1e-12);
+  EXPECT_NEAR(j["prefix_cache"]["token_hit_rate"].get<double>(), 0.48, 1e-12);
+  EXPECT_NE(FormatTable(r).find("2 of 3 requests hit, 48 of 100 prompt tokens (48.0%)"),
+            std::string::npos)
+      << FormatTable(r);
+}
+
 TEST(ReportToJsonTest, HasEveryFieldInMilliseconds) {
   const LoadReport r = BuildReport(
       {Ok(0.0, 0.1, 1.0, 10, 5), Failed(0.2, 0.3, absl::StatusCode::kResourceExhausted)});

@@ -220,6 +220,43 @@ TEST_F(LoadgenLiveTest, TheOpenAiApiCarriesTheSameLoad) {
   EXPECT_EQ(Stop(*server), 0) << server->LogTail();
 }
 
+// The shared-prefix workload against a server with its prefix cache on (the default): two
+// system prompts of 40-60 tokens, each marked with cache_prefix_tokens, under questions of
+// 4-12 tokens. After the first request with a system prompt (the tiny model's chunk is 8),
+// every later one resumes from its snapshot: at least 32 prompt tokens each. With the cache
+// off nothing is resumed.
+TEST_F(LoadgenLiveTest, SharedPrefixesHitThePrefixCache) {
+  for (const bool cache : {true, false}) {
+    SCOPED_TRACE(cache ? "cache on" : "cache off");
+    std::unique_ptr<ServerProcess> server =
+        StartServer({"--state-rows", "8", "--max-num-seqs", "4", "--max-model-len", "256",
+                     cache ? "--prefix-cache=true" : "--prefix-cache=false"});
+    ASSERT_NE(server, nullptr);
+    const nlohmann::json j =
+        Loadgen(*server, cache ? "shared_on" : "shared_off",
+                {"--concurrency", "1", "--requests", "12", "--prompt-source", "ids",
+                 "--prompt-tokens", "4-12", "--shared-prefixes", "2", "--shared-prefix-tokens",
+                 "40-60", "--output-tokens", "4", "--seed", "3"});
+    ExpectConsistent(j);
+    EXPECT_EQ(j["counts"]["completed"].get<int64_t>(), 12) << j["counts"].dump();
+    EXPECT_EQ(j["config"]["shared_prefixes"], 2);
+    EXPECT_EQ(j["server"]["prefix_cache"], cache);
+    const int64_t hits = j["prefix_cache"]["hit_requests"].get<int64_t>();
+    const int64_t cached = j["tokens"]["cached_prompt"].get<int64_t>();
+    if (cache) {
+      // One request at a time: only the first of each system prompt can miss.
+      EXPECT_GE(hits, 10);
+      EXPECT_GE(cached, 32 * hits);
+      // Every prompt is at least 40 + 4 tokens; at most the system prompt (60) is cached.
+      EXPECT_LE(cached, 60 * hits);
+    } else {
+      EXPECT_EQ(hits, 0);
+      EXPECT_EQ(cached, 0);
+    }
+    EXPECT_EQ(Stop(*server), 0) << server->LogTail();
+  }
+}
+
 TEST_F(LoadgenLiveTest, RefusedRequestsAreCountedByCode) {
   // One state row, one running request and a queue of one: with 8 clients most requests are
   // refused with RESOURCE_EXHAUSTED, which the report counts by code.

@@ -23,9 +23,9 @@ class GrpcApi final : public GenerationApi {
  public:
   explicit GrpcApi(Client& client) : client_(client) {}
 
-  absl::StatusOr<int32_t> Generate(const coil::v1::GenerateRequest& request,
-                                   const std::function<void(int)>& on_tokens,
-                                   RequestCancel& cancel, double timeout_s) override {
+  absl::StatusOr<PromptUsage> Generate(const coil::v1::GenerateRequest& request,
+                                       const std::function<void(int)>& on_tokens,
+                                       RequestCancel& cancel, double timeout_s) override {
     CancelToken token;
     cancel.SetAbort([&token] { token.Cancel(); });
     CallOptions options;
@@ -40,9 +40,13 @@ class GrpcApi final : public GenerationApi {
     absl::StatusOr<Generation> result = client_.Generate(request, on_response, options);
     cancel.SetAbort(nullptr);
     if (!result.ok()) return result.status();
-    int32_t prompt_tokens = result->final.usage().prompt_tokens();
-    if (prompt_tokens == 0 && request.has_token_ids()) prompt_tokens = request.token_ids().ids_size();
-    return prompt_tokens;
+    PromptUsage usage;
+    usage.prompt_tokens = result->final.usage().prompt_tokens();
+    usage.cached_prompt_tokens = result->final.usage().cached_prompt_tokens();
+    if (usage.prompt_tokens == 0 && request.has_token_ids()) {
+      usage.prompt_tokens = request.token_ids().ids_size();
+    }
+    return usage;
   }
 
  private:
@@ -54,9 +58,9 @@ class OpenAiApi final : public GenerationApi {
   OpenAiApi(std::string host, int port, std::string model)
       : host_(std::move(host)), port_(port), model_(std::move(model)) {}
 
-  absl::StatusOr<int32_t> Generate(const coil::v1::GenerateRequest& request,
-                                   const std::function<void(int)>& on_tokens,
-                                   RequestCancel& cancel, double timeout_s) override {
+  absl::StatusOr<PromptUsage> Generate(const coil::v1::GenerateRequest& request,
+                                       const std::function<void(int)>& on_tokens,
+                                       RequestCancel& cancel, double timeout_s) override {
     const Clock::time_point deadline =
         timeout_s > 0 ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(timeout_s))
@@ -69,6 +73,7 @@ class OpenAiApi final : public GenerationApi {
     int status = 0;
     std::string error_body;
     int32_t prompt_tokens = -1;
+    int32_t cached_prompt_tokens = 0;
     absl::Status stream_error;
     bool done = false;
     SseParser parser([&](const std::string& data) {
@@ -99,6 +104,10 @@ class OpenAiApi final : public GenerationApi {
       }
       if (const auto usage = event.find("usage"); usage != event.end() && usage->is_object()) {
         prompt_tokens = usage->value("prompt_tokens", 0);
+        if (const auto details = usage->find("prompt_tokens_details");
+            details != usage->end() && details->is_object()) {
+          cached_prompt_tokens = details->value("cached_tokens", 0);
+        }
       }
     });
 
@@ -134,7 +143,7 @@ class OpenAiApi final : public GenerationApi {
     if (!stream_error.ok()) return stream_error;
     if (!done) return absl::UnavailableError("the stream ended before data: [DONE]");
     if (prompt_tokens < 0) return absl::InternalError("the stream carried no usage");
-    return prompt_tokens;
+    return PromptUsage{prompt_tokens, cached_prompt_tokens};
   }
 
  private:

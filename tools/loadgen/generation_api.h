@@ -35,16 +35,23 @@ class RequestCancel {
   std::function<void()> abort_;
 };
 
+// What the server counted of a request's prompt.
+struct PromptUsage {
+  int32_t prompt_tokens = 0;
+  int32_t cached_prompt_tokens = 0;  // resumed from the server's prefix cache
+};
+
 class GenerationApi {
  public:
   virtual ~GenerationApi() = default;
-  // Sends `request` (its prompt, max_tokens, ignore_eos and temperature are what is sent) and
-  // blocks until it ends, calling on_tokens(n) whenever n output tokens arrive. Returns the
-  // prompt tokens the server counted, or the status the request ended with (CANCELLED when
-  // `cancel` fired, DEADLINE_EXCEEDED past `timeout_s` when that is positive).
-  virtual absl::StatusOr<int32_t> Generate(const coil::v1::GenerateRequest& request,
-                                           const std::function<void(int)>& on_tokens,
-                                           RequestCancel& cancel, double timeout_s) = 0;
+  // Sends `request` (its prompt, max_tokens, ignore_eos and temperature are what is sent,
+  // and over gRPC its cache_prefix_tokens) and blocks until it ends, calling on_tokens(n)
+  // whenever n output tokens arrive. Returns the prompt tokens the server counted, or the
+  // status the request ended with (CANCELLED when `cancel` fired, DEADLINE_EXCEEDED past
+  // `timeout_s` when that is positive).
+  virtual absl::StatusOr<PromptUsage> Generate(const coil::v1::GenerateRequest& request,
+                                               const std::function<void(int)>& on_tokens,
+                                               RequestCancel& cancel, double timeout_s) = 0;
 };
 
 // coil.v1.Generation through `client`, which must outlive the API.

@@ -71,6 +71,8 @@ LoadReport BuildReport(const std::vector<RequestRecord>& records, double phase_s
     ++report.completed;
     report.prompt_tokens += r.prompt_tokens;
     report.output_tokens += r.output_tokens;
+    report.cached_prompt_tokens += r.cached_prompt_tokens;
+    report.cache_hits += r.cached_prompt_tokens > 0 ? 1 : 0;
     e2e.push_back(r.done_s - r.sent_s);
     if (r.first_token_s >= 0) ttft.push_back(r.first_token_s - r.sent_s);
     itl.insert(itl.end(), r.inter_token_s.begin(), r.inter_token_s.end());
@@ -118,7 +120,19 @@ nlohmann::json ReportToJson(const LoadReport& report, const nlohmann::json& conf
         {"errors", report.errors()},
         {"errors_by_code", errors}}},
       {"duration_s", report.duration_s},
-      {"tokens", {{"prompt", report.prompt_tokens}, {"output", report.output_tokens}}},
+      {"tokens",
+       {{"prompt", report.prompt_tokens},
+        {"output", report.output_tokens},
+        {"cached_prompt", report.cached_prompt_tokens}}},
+      {"prefix_cache",
+       {{"hit_requests", report.cache_hits},
+        {"hit_rate", report.completed > 0 ? static_cast<double>(report.cache_hits) /
+                                                static_cast<double>(report.completed)
+                                          : 0.0},
+        {"token_hit_rate", report.prompt_tokens > 0
+                               ? static_cast<double>(report.cached_prompt_tokens) /
+                                     static_cast<double>(report.prompt_tokens)
+                               : 0.0}}},
       {"throughput",
        {{"requests_per_s", report.requests_per_s},
         {"output_tokens_per_s", report.output_tokens_per_s},
@@ -139,6 +153,12 @@ std::string FormatTable(const LoadReport& report) {
   absl::StrAppendFormat(&out, "duration      %.2f s\n", report.duration_s);
   absl::StrAppendFormat(&out, "tokens        prompt %d, output %d\n", report.prompt_tokens,
                         report.output_tokens);
+  absl::StrAppendFormat(
+      &out, "prefix cache  %d of %d requests hit, %d of %d prompt tokens (%.1f%%)\n",
+      report.cache_hits, report.completed, report.cached_prompt_tokens, report.prompt_tokens,
+      report.prompt_tokens > 0
+          ? 100.0 * report.cached_prompt_tokens / static_cast<double>(report.prompt_tokens)
+          : 0.0);
   absl::StrAppendFormat(&out, "throughput    %.2f req/s, %.1f output tok/s, %.1f total tok/s\n",
                         report.requests_per_s, report.output_tokens_per_s,
                         report.total_tokens_per_s);

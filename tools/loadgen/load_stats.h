@@ -26,6 +26,7 @@ struct RequestRecord {
   // add up to its decode time (last token minus first token).
   std::vector<double> inter_token_s;
   int32_t prompt_tokens = 0;
+  int32_t cached_prompt_tokens = 0;  // of prompt_tokens, resumed from the server's prefix cache
   int32_t output_tokens = 0;
   absl::StatusCode code = absl::StatusCode::kOk;
 };
@@ -52,6 +53,10 @@ struct LoadReport {
   double duration_s = 0;                          // the phase's start to its end
   int64_t prompt_tokens = 0;                      // over completed requests
   int64_t output_tokens = 0;
+  // The server's prefix cache, over completed requests: those that resumed from it, and
+  // the prompt tokens they did not compute.
+  int64_t cache_hits = 0;
+  int64_t cached_prompt_tokens = 0;
   double requests_per_s = 0, output_tokens_per_s = 0, total_tokens_per_s = 0;
   Distribution ttft_s, itl_s, e2e_s;
 

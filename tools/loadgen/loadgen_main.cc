@@ -6,7 +6,13 @@
 //                [--api grpc | --api openai --http-target HOST:PORT]
 //                [--prompt-tokens 128 | 64-256 | 128,32] [--prompt-source text|ids]
 //                [--prompts FILE.jsonl] [--output-tokens 128] [--natural] [--warmup N]
+//                [--shared-prefixes N --shared-prefix-tokens 1024-4096 [--cache-prefix]]
 //                [--out FILE.json] [--summary-tsv FILE] [--label NAME]
+//
+// With --shared-prefixes, each request is one of N fixed "system prompts" (drawn once, with
+// lengths from --shared-prefix-tokens) followed by a question of its own (--prompt-tokens):
+// chat traffic, for the server's prefix cache; the report counts the prompt tokens the
+// server took from its cache.
 //
 // Closed loop: N clients, each sends its next request when the previous one ends. Open loop:
 // requests arrive as a Poisson process of rate R, whatever is in flight. Every request sent
@@ -63,6 +69,14 @@ ABSL_FLAG(std::string, prompt_source, "text",
           "synthetic prompts: text (cut from real text) or ids (random token ids)");
 ABSL_FLAG(std::string, prompt_text_file, "", "text to cut prompts from (default: built-in prose)");
 ABSL_FLAG(std::string, prompts, "", "JSONL file of prompts instead of synthetic ones");
+ABSL_FLAG(int32_t, shared_prefixes, 0,
+          "prefix every prompt with one of this many fixed system prompts, chosen at random "
+          "(0: none)");
+ABSL_FLAG(std::string, shared_prefix_tokens, "1024-4096",
+          "the system prompts' lengths, as --prompt-tokens (the question's length)");
+ABSL_FLAG(bool, cache_prefix, true,
+          "with --shared-prefixes: send each system prompt's length as cache_prefix_tokens, "
+          "as a chat front end that knows where its system prompt ends would");
 ABSL_FLAG(int32_t, output_tokens, 128, "tokens to generate per request (the cap with --natural)");
 ABSL_FLAG(bool, natural, false,
           "stop at the end-of-text token (natural length) instead of ignoring it");
@@ -89,20 +103,24 @@ struct Options {
   int64_t requests = 0;
   int32_t output_tokens = 0;
   bool natural = false;
+  bool cache_prefix = false;  // with shared prefixes: mark where each one ends
   double drain_s = 0;
   double timeout_s = 0;
 };
 
-// Hands out requests: synthetic prompts drawn from the length spec, or the file's, cycled.
+// Hands out requests: synthetic prompts drawn from the length spec (after one of the shared
+// prefixes, when there are some), or the file's, cycled.
 class RequestFactory {
  public:
   RequestFactory(const Options& options, LengthSpec lengths, std::vector<int32_t> corpus,
-                 int32_t vocab_size, std::vector<Prompt> file_prompts, uint64_t seed)
+                 int32_t vocab_size, std::vector<Prompt> file_prompts,
+                 std::vector<std::vector<int32_t>> prefixes, uint64_t seed)
       : options_(options),
         lengths_(lengths),
         corpus_(std::move(corpus)),
         vocab_size_(vocab_size),
         file_prompts_(std::move(file_prompts)),
+        prefixes_(std::move(prefixes)),
         rng_(seed) {}
 
   coil::v1::GenerateRequest Next() {
@@ -114,8 +132,17 @@ class RequestFactory {
     } else {
       const int32_t length = lengths_.Sample(rng_);
       // Ids from 1: id 0 is GPT-NeoX's end-of-text token.
-      prompt.ids = corpus_.empty() ? RandomIds(length, 1, vocab_size_, rng_)
-                                   : CutWindow(corpus_, length, rng_);
+      std::vector<int32_t> question = corpus_.empty() ? RandomIds(length, 1, vocab_size_, rng_)
+                                                      : CutWindow(corpus_, length, rng_);
+      if (!prefixes_.empty()) {
+        const std::vector<int32_t>& prefix =
+            prefixes_[std::uniform_int_distribution<size_t>(0, prefixes_.size() - 1)(rng_)];
+        prompt.ids = prefix;
+        if (options_.cache_prefix) {
+          request.set_cache_prefix_tokens(static_cast<int32_t>(prefix.size()));
+        }
+      }
+      prompt.ids.insert(prompt.ids.end(), question.begin(), question.end());
     }
     if (prompt.text.has_value()) {
       request.set_text(*prompt.text);
@@ -135,6 +162,7 @@ class RequestFactory {
   const std::vector<int32_t> corpus_;
   const int32_t vocab_size_;
   const std::vector<Prompt> file_prompts_;
+  const std::vector<std::vector<int32_t>> prefixes_;
   std::mutex mu_;
   std::mt19937_64 rng_;
   size_t next_file_prompt_ = 0;
@@ -159,10 +187,13 @@ class Phase {
     RequestRecord record;
     record.sent_s = Now();
     const auto on_tokens = [&](int tokens) { RecordTokens(record, Now(), tokens); };
-    absl::StatusOr<int32_t> result = api.Generate(request, on_tokens, cancel, timeout_s);
+    absl::StatusOr<PromptUsage> result = api.Generate(request, on_tokens, cancel, timeout_s);
     record.done_s = Now();
     record.code = result.status().code();
-    if (result.ok()) record.prompt_tokens = *result;
+    if (result.ok()) {
+      record.prompt_tokens = result->prompt_tokens;
+      record.cached_prompt_tokens = result->cached_prompt_tokens;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     in_flight_.erase(&cancel);
     (record.code == absl::StatusCode::kOk ? completed_ : errors_) += 1;
@@ -435,7 +466,9 @@ nlohmann::json ServerJson(const coil::v1::ModelInfo& info) {
           {"device", info.device()},
           {"tp_size", info.tp_size()},
           {"max_model_len", info.max_model_len()},
-          {"state_rows", info.state_rows_total()}};
+          {"state_rows", info.state_rows_total()},
+          {"prefix_cache", info.prefix_cache()},
+          {"prefix_cache_max_rows", info.prefix_cache_max_rows()}};
 }
 
 absl::Status WriteFile(const std::string& path, const std::string& text, bool append) {
@@ -455,7 +488,8 @@ std::string SummaryRow(const std::string& path, const std::string& label, const 
     text =
         "label\tmode\tconcurrency\trate\tsent\tcompleted\terrors\tduration_s\treq_per_s\t"
         "out_tok_per_s\ttotal_tok_per_s\tttft_p50\tttft_p90\tttft_p99\tttft_max\titl_p50\t"
-        "itl_p90\titl_p99\titl_max\te2e_p50\te2e_p90\te2e_p99\te2e_max\n";
+        "itl_p90\titl_p99\titl_max\te2e_p50\te2e_p90\te2e_p99\te2e_max\tprompt_tokens\t"
+        "cache_hit_requests\tcached_prompt_tokens\n";
   }
   absl::StrAppendFormat(&text, "%s\t%s\t%d\t%.3f\t%d\t%d\t%d\t%.3f\t%.4f\t%.2f\t%.2f", label,
                         o.concurrency > 0 ? "closed" : "open", o.concurrency, o.rate, r.sent,
@@ -465,7 +499,8 @@ std::string SummaryRow(const std::string& path, const std::string& label, const 
     absl::StrAppendFormat(&text, "\t%.3f\t%.3f\t%.3f\t%.3f", d->p50 * 1e3, d->p90 * 1e3,
                           d->p99 * 1e3, d->max * 1e3);
   }
-  text += "\n";
+  absl::StrAppendFormat(&text, "\t%d\t%d\t%d\n", r.prompt_tokens, r.cache_hits,
+                        r.cached_prompt_tokens);
   return text;
 }
 
@@ -477,6 +512,14 @@ absl::Status Run() {
   options.requests = absl::GetFlag(FLAGS_requests);
   options.output_tokens = absl::GetFlag(FLAGS_output_tokens);
   options.natural = absl::GetFlag(FLAGS_natural);
+  options.cache_prefix = absl::GetFlag(FLAGS_cache_prefix);
+  const int32_t shared_prefixes = absl::GetFlag(FLAGS_shared_prefixes);
+  if (shared_prefixes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shared-prefixes is ", shared_prefixes, "; give a count, or 0 for none"));
+  }
+  COIL_ASSIGN_OR_RETURN(const LengthSpec prefix_lengths,
+                        LengthSpec::Parse(absl::GetFlag(FLAGS_shared_prefix_tokens)));
   options.drain_s = absl::GetFlag(FLAGS_drain);
   options.timeout_s = absl::GetFlag(FLAGS_timeout);
   COIL_RETURN_IF_ERROR(CheckOptions(options));
@@ -512,14 +555,20 @@ absl::Status Run() {
   std::vector<Prompt> file_prompts;
   std::vector<int32_t> corpus;
   if (!absl::GetFlag(FLAGS_prompts).empty()) {
+    if (shared_prefixes > 0) {
+      return absl::InvalidArgumentError(
+          "--shared-prefixes prefixes synthetic prompts; it does not go with --prompts");
+    }
     COIL_ASSIGN_OR_RETURN(file_prompts, ReadPromptsJsonl(absl::GetFlag(FLAGS_prompts)));
   } else {
-    const int32_t longest = lengths.Max() + options.output_tokens;
+    const int32_t prefix_max = shared_prefixes > 0 ? prefix_lengths.Max() : 0;
+    const int32_t longest = prefix_max + lengths.Max() + options.output_tokens;
     if (info.max_model_len() > 0 && longest > info.max_model_len()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "prompts of up to ", lengths.Max(), " tokens plus ", options.output_tokens,
+          "prompts of up to ", prefix_max + lengths.Max(), " tokens plus ", options.output_tokens,
           " output tokens exceed the server's limit of ", info.max_model_len(),
-          "; lower --prompt-tokens or --output-tokens, or raise coil-serve's --max-model-len"));
+          "; lower --shared-prefix-tokens, --prompt-tokens or --output-tokens, or raise "
+          "coil-serve's --max-model-len"));
     }
     if (source == "text") {
       std::string text = DefaultPromptText();
@@ -550,8 +599,17 @@ absl::Status Run() {
     }
   }
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
+  // The system prompts, drawn once from a generator of their own: the same --seed gives the
+  // same ones whatever else changes (the server's cache on or off, say).
+  std::vector<std::vector<int32_t>> prefixes;
+  std::mt19937_64 prefix_rng(seed ^ 0x5851F42D4C957F2DULL);
+  for (int32_t i = 0; i < shared_prefixes; ++i) {
+    const int32_t length = prefix_lengths.Sample(prefix_rng);
+    prefixes.push_back(corpus.empty() ? RandomIds(length, 1, info.vocab_size(), prefix_rng)
+                                      : CutWindow(corpus, length, prefix_rng));
+  }
   RequestFactory factory(options, lengths, std::move(corpus), info.vocab_size(),
-                         std::move(file_prompts), seed);
+                         std::move(file_prompts), std::move(prefixes), seed);
   const bool progress = isatty(STDERR_FILENO) != 0;
 
   if (const int32_t warmup = absl::GetFlag(FLAGS_warmup); warmup > 0) {
@@ -581,6 +639,9 @@ absl::Status Run() {
       {"duration_s", options.duration_s},
       {"requests", options.requests},
       {"prompt_tokens", absl::GetFlag(FLAGS_prompt_tokens)},
+      {"shared_prefixes", shared_prefixes},
+      {"shared_prefix_tokens", absl::GetFlag(FLAGS_shared_prefix_tokens)},
+      {"cache_prefix", shared_prefixes > 0 && options.cache_prefix},
       {"prompt_source", absl::GetFlag(FLAGS_prompts).empty() ? source : "file"},
       {"prompts_file", absl::GetFlag(FLAGS_prompts)},
       {"output_tokens", options.output_tokens},
