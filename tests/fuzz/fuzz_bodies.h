@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "workers/checkpoint/pytorch_zip.h"
@@ -58,15 +59,20 @@ inline void FuzzConfig(const uint8_t* data, size_t size) {
   absl::StatusOr<model::ModelConfig> config = model::ParseModelConfig(text);
   if (!config.ok()) return;
   (void)model::RequiredTensors(*config);
-  for (model::ConfigFormat format :
-       {model::ConfigFormat::kMambaSsm, model::ConfigFormat::kHuggingFace}) {
+  // A Mamba2 config goes through both Mamba2 dialects; a hybrid through its own.
+  std::vector<model::ConfigFormat> formats = {model::ConfigFormat::kMambaSsm,
+                                              model::ConfigFormat::kHuggingFace};
+  if (config->format == model::ConfigFormat::kNemotronH) formats = {config->format};
+  for (model::ConfigFormat format : formats) {
     absl::StatusOr<model::ModelConfig> back =
         model::ParseModelConfig(model::ModelConfigToJson(*config, format));
     if (!back.ok() || back->d_model != config->d_model || back->n_layer != config->n_layer ||
         back->nheads() != config->nheads() || back->ngroups != config->ngroups ||
         back->padded_vocab_size() != config->padded_vocab_size() ||
         back->tie_embeddings != config->tie_embeddings || back->bias != config->bias ||
-        back->conv_bias != config->conv_bias) {
+        back->conv_bias != config->conv_bias || back->layer_pattern != config->layer_pattern ||
+        back->attention_heads != config->attention_heads || back->kv_heads != config->kv_heads ||
+        back->intermediate_size != config->intermediate_size) {
       std::abort();  // the writer produced a config the parser reads differently
     }
   }

@@ -1,6 +1,7 @@
-// coil-make-model: writes a deterministic random Mamba2 checkpoint of a named shape, in
-// either key layout and file format, for tests, benchmarks and the demo. The same flags
-// give the same bytes on every machine.
+// coil-make-model: writes a deterministic random checkpoint of a named shape (Mamba2: tiny,
+// 130m; Nemotron-H hybrids: nemotron-tiny, nemotron-130m), in either key layout (a hybrid
+// has Hugging Face's only) and file format, for tests, benchmarks and the demo. The same
+// flags give the same bytes on every machine.
 //
 //   coil-make-model --shape tiny --out /tmp/tiny [--layout mamba_ssm|hf]
 //       [--format safetensors|pytorch] [--dtype f32|bf16|f16] [--vector_dtype ...]
@@ -23,10 +24,13 @@
 #include "workers/checkpoint/dtype.h"
 #include "workers/model/model_writer.h"
 
-ABSL_FLAG(std::string, shape, "tiny", "model shape: tiny or 130m");
+ABSL_FLAG(std::string, shape, "tiny",
+          "model shape: tiny or 130m (Mamba2), nemotron-tiny or nemotron-130m (Nemotron-H: "
+          "Mamba2, attention and MLP blocks)");
 ABSL_FLAG(std::string, out, "", "output directory (created if missing)");
-ABSL_FLAG(std::string, layout, "mamba_ssm",
-          "mamba_ssm (mamba_ssm config.json and keys) or hf (Hugging Face Mamba2Config)");
+ABSL_FLAG(std::string, layout, "",
+          "mamba_ssm (mamba_ssm config.json and keys) or hf (Hugging Face Mamba2Config, or "
+          "NemotronHConfig for a nemotron shape); default: mamba_ssm, hf for a nemotron shape");
 ABSL_FLAG(std::string, format, "",
           "safetensors or pytorch (default: pytorch for mamba_ssm, "
           "safetensors for hf)");
@@ -36,8 +40,9 @@ ABSL_FLAG(std::string, vector_dtype, "",
 ABSL_FLAG(uint64_t, seed, 0, "random seed");
 ABSL_FLAG(int, shards, 1, "safetensors files to split the tensors over (with an index)");
 ABSL_FLAG(std::vector<std::string>, set, {},
-          "key=value config overrides by mamba_ssm name, repeatable or comma-separated "
-          "(e.g. --set ngroups=4 --set tie_embeddings=false)");
+          "key=value config overrides by mamba_ssm name (Nemotron-H fields by their Hugging "
+          "Face name), repeatable or comma-separated (e.g. --set ngroups=4 --set "
+          "tie_embeddings=false --set num_key_value_heads=1)");
 
 namespace coil::model {
 namespace {
@@ -81,7 +86,13 @@ absl::Status Run(const std::vector<std::string>& overrides) {
   COIL_RETURN_IF_ERROR_CONTEXT(ValidateModelConfig(config), "after --set");
 
   WriteOptions options;
+  const bool hybrid = config.format == ConfigFormat::kNemotronH;
   std::string layout = absl::GetFlag(FLAGS_layout);
+  if (layout.empty()) layout = hybrid ? "hf" : "mamba_ssm";
+  if (hybrid && layout != "hf") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--layout ", layout, ": a nemotron shape has Hugging Face's key layout only; use hf"));
+  }
   if (layout == "mamba_ssm") {
     options.layout = KeyLayout::kMambaSsm;
   } else if (layout == "hf") {
@@ -105,9 +116,11 @@ absl::Status Run(const std::vector<std::string>& overrides) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--shards ", options.shards, ": need at least 1, and more than 1 only with safetensors"));
   }
-  config.format = options.layout == KeyLayout::kHuggingFace ? ConfigFormat::kHuggingFace
-                                                            : ConfigFormat::kMambaSsm;
-  if (config.format == ConfigFormat::kHuggingFace) {
+  if (!hybrid) {
+    config.format = options.layout == KeyLayout::kHuggingFace ? ConfigFormat::kHuggingFace
+                                                              : ConfigFormat::kMambaSsm;
+  }
+  if (config.format != ConfigFormat::kMambaSsm) {
     // A Hugging Face config records only the padded vocabulary.
     config.vocab_size = config.padded_vocab_size();
     config.pad_vocab_size_multiple = 1;
@@ -136,8 +149,8 @@ absl::Status Run(const std::vector<std::string>& overrides) {
                       << "; the model directory has no tokenizer.json";
   }
   COIL_LOG(INFO) << "wrote " << absl::GetFlag(FLAGS_shape) << " model (" << tensors.size()
-                 << " tensors, " << layout << " layout, " << format << ", " << checkpoint::DTypeName(dtype)
-                 << ") to " << out;
+                 << " tensors, " << layout << " layout, " << format << ", "
+                 << checkpoint::DTypeName(dtype) << ") to " << out;
   return absl::OkStatus();
 }
 
@@ -146,7 +159,7 @@ absl::Status Run(const std::vector<std::string>& overrides) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "writes a deterministic random Mamba2 checkpoint: coil-make-model --shape tiny --out DIR");
+      "writes a deterministic random checkpoint: coil-make-model --shape tiny --out DIR");
   std::vector<std::string> overrides = coil::model::CollectSetFlags(argc, argv);
   coil::ParseDashedCommandLine(argc, argv);
   absl::Status status = coil::model::Run(overrides);

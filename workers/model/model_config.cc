@@ -265,17 +265,217 @@ absl::StatusOr<ModelConfig> ParseHuggingFace(const Json& root) {
   return config;
 }
 
+// The block kind of one hybrid_override_pattern character; `layer` names it in errors.
+absl::StatusOr<LayerKind> PatternKind(char c, int64_t layer) {
+  switch (c) {
+    case 'M':
+      return LayerKind::kMamba2;
+    case '*':
+      return LayerKind::kAttention;
+    case '-':
+      return LayerKind::kMlp;
+    case 'E':
+      return absl::UnimplementedError(absl::StrCat(
+          "config field hybrid_override_pattern has 'E' (a mixture-of-experts block) at layer ",
+          layer, "; coil supports M (Mamba2), * (attention) and - (MLP) blocks"));
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config field hybrid_override_pattern has '", std::string(1, c), "' at layer ", layer,
+          "; each character must be M (Mamba2), * (attention) or - (MLP)"));
+  }
+}
+
+// layers_block_type, the list newer Hugging Face configs write in place of the pattern, as
+// the pattern's characters ("mamba" or "linear_attention" M, "attention" or
+// "full_attention" *, "mlp" -, "moe" E).
+absl::StatusOr<std::string> PatternFromBlockTypes(const Json& list) {
+  if (!list.is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field layers_block_type is ", list.dump(), "; expected a list of block types"));
+  }
+  std::string pattern;
+  for (const Json& entry : list) {
+    const std::string type = entry.is_string() ? entry.get<std::string>() : entry.dump();
+    if (type == "mamba" || type == "linear_attention") {
+      pattern += 'M';
+    } else if (type == "attention" || type == "full_attention") {
+      pattern += '*';
+    } else if (type == "mlp") {
+      pattern += '-';
+    } else if (type == "moe") {
+      pattern += 'E';
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("config field layers_block_type has '", type,
+                                                     "' at layer ", pattern.size(),
+                                                     "; expected mamba, attention, mlp or moe"));
+    }
+  }
+  return pattern;
+}
+
+// Reads the first of `keys` present (Hugging Face renamed some NemotronH keys; both
+// spellings appear in published configs).
+absl::Status FirstInt(FieldReader& reader, std::initializer_list<const char*> keys,
+                      int64_t& value) {
+  for (const char* key : keys) {
+    if (reader.Has(key)) return reader.Int(key, value);
+  }
+  return absl::OkStatus();
+}
+
+// A string field that must hold one of the values coil implements.
+absl::Status RequireString(FieldReader& reader, const Json& root, const char* key,
+                           std::initializer_list<const char*> supported, const char* what) {
+  if (!reader.Has(key)) return absl::OkStatus();
+  const Json& value = root[key];
+  for (const char* ok : supported) {
+    if (value == ok) return absl::OkStatus();
+  }
+  return absl::UnimplementedError(absl::StrCat("config field ", key, " is ", value.dump(),
+                                               "; coil supports \"", *supported.begin(), "\" (",
+                                               what, ")"));
+}
+
+// Hugging Face's NemotronHConfig (model_type nemotron_h). Like the Mamba2 dialect it carries
+// many generic keys (token ids, dropout, initialisation), which are ignored; every key that
+// changes the forward pass is read, and refused by name when coil does not implement it.
+absl::StatusOr<ModelConfig> ParseNemotronH(const Json& root) {
+  ModelConfig config;
+  config.format = ConfigFormat::kNemotronH;
+  // NemotronHConfig's defaults.
+  config.vocab_size = 131072;
+  config.d_model = 4096;
+  config.tie_embeddings = false;
+  config.d_state = 128;
+  config.headdim = 64;
+  config.mamba_heads = 128;
+  config.ngroups = 8;
+  config.d_conv = 4;
+  config.chunk_size = 128;
+  config.attention_heads = 32;
+  config.kv_heads = 8;
+  config.intermediate_size = 21504;
+  config.residual_in_fp32 = false;
+  config.pad_vocab_size_multiple = 1;  // vocab_size is the embedding's row count
+  FieldReader top(root, "");
+  COIL_RETURN_IF_ERROR(top.Int("vocab_size", config.vocab_size));
+  COIL_RETURN_IF_ERROR(top.Int("hidden_size", config.d_model));
+  COIL_RETURN_IF_ERROR(top.Bool("tie_word_embeddings", config.tie_embeddings));
+  COIL_RETURN_IF_ERROR(top.Double("layer_norm_epsilon", config.norm_epsilon));
+  COIL_RETURN_IF_ERROR(top.Bool("residual_in_fp32", config.residual_in_fp32));
+  // Blocks: the pattern string, or the list newer configs write.
+  if (top.Has("hybrid_override_pattern")) {
+    const Json& value = root["hybrid_override_pattern"];
+    if (!value.is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat("config field hybrid_override_pattern is ",
+                                                     value.dump(),
+                                                     "; expected a string such as \"M-M*-\""));
+    }
+    config.layer_pattern = value.get<std::string>();
+  } else if (top.Has("layers_block_type")) {
+    COIL_ASSIGN_OR_RETURN(config.layer_pattern, PatternFromBlockTypes(root["layers_block_type"]));
+  } else {
+    return absl::InvalidArgumentError(
+        "config field hybrid_override_pattern is missing: a nemotron_h config must say which "
+        "block each layer is (M Mamba2, * attention, - MLP)");
+  }
+  config.n_layer = static_cast<int64_t>(config.layer_pattern.size());
+  if (top.Has("num_hidden_layers")) {
+    int64_t layers = 0;
+    COIL_RETURN_IF_ERROR(top.Int("num_hidden_layers", layers));
+    if (layers != config.n_layer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config field hybrid_override_pattern has ", config.n_layer,
+          " characters but num_hidden_layers is ", layers, "; give one character per layer"));
+    }
+  }
+  // Mamba2 blocks (older configs spell some keys with a mamba_ prefix).
+  COIL_RETURN_IF_ERROR(top.Int("mamba_num_heads", config.mamba_heads));
+  COIL_RETURN_IF_ERROR(top.Int("mamba_head_dim", config.headdim));
+  COIL_RETURN_IF_ERROR(top.Int("ssm_state_size", config.d_state));
+  COIL_RETURN_IF_ERROR(FirstInt(top, {"n_groups", "mamba_n_groups"}, config.ngroups));
+  COIL_RETURN_IF_ERROR(FirstInt(top, {"conv_kernel", "mamba_d_conv"}, config.d_conv));
+  COIL_RETURN_IF_ERROR(FirstInt(top, {"chunk_size", "mamba_chunk_size"}, config.chunk_size));
+  COIL_RETURN_IF_ERROR(FirstInt(top, {"expand", "mamba_expand"}, config.expand));
+  for (const char* key : {"use_conv_bias", "mamba_conv_bias"}) {
+    if (top.Has(key)) {
+      COIL_RETURN_IF_ERROR(top.Bool(key, config.conv_bias));
+      break;
+    }
+  }
+  for (const char* key : {"time_step_limit", "mamba_dt_limit"}) {
+    if (top.Has(key)) {
+      COIL_RETURN_IF_ERROR(top.Range(key, config.time_step_min, config.time_step_max));
+      break;
+    }
+  }
+  COIL_RETURN_IF_ERROR(top.RequireBool("use_bias", false, "projection biases"));
+  COIL_RETURN_IF_ERROR(top.RequireBool("mamba_proj_bias", false, "Mamba2 projection biases"));
+  COIL_RETURN_IF_ERROR(RequireString(top, root, "mamba_hidden_act", {"silu", "swish"},
+                                     "the Mamba2 conv's activation"));
+  // Attention blocks.
+  COIL_RETURN_IF_ERROR(top.Int("num_attention_heads", config.attention_heads));
+  config.kv_heads = config.attention_heads;  // absent or null: multi-head attention
+  COIL_RETURN_IF_ERROR(top.Int("num_key_value_heads", config.kv_heads));
+  if (top.Has("head_dim")) {
+    COIL_RETURN_IF_ERROR(top.Int("head_dim", config.attention_head_dim));
+  } else if (top.Has("attention_head_dim")) {
+    COIL_RETURN_IF_ERROR(top.Int("attention_head_dim", config.attention_head_dim));
+  } else if (config.attention_heads > 0) {
+    config.attention_head_dim = config.d_model / config.attention_heads;
+  }
+  COIL_RETURN_IF_ERROR(top.RequireBool("attention_bias", false, "q/k/v/o projection biases"));
+  if (top.Has("sliding_window")) {
+    return absl::UnimplementedError(
+        absl::StrCat("config field sliding_window is ", root["sliding_window"].dump(),
+                     "; coil supports full causal attention (sliding_window null)"));
+  }
+  // MLP blocks.
+  COIL_RETURN_IF_ERROR(top.Int("intermediate_size", config.intermediate_size));
+  COIL_RETURN_IF_ERROR(RequireString(top, root, "mlp_hidden_act", {"relu2"}, "the squared ReLU"));
+  COIL_RETURN_IF_ERROR(top.RequireBool("mlp_bias", false, "MLP projection biases"));
+  // Unknown keys are accepted, as Hugging Face accepts them: published configs carry token
+  // ids, dropout and initialisation settings, and (num_nextn_predict_layers) extra layers for
+  // training-time multi-token prediction that the model's own logits never go through.
+  COIL_RETURN_IF_ERROR(ValidateModelConfig(config));
+  return config;
+}
+
 }  // namespace
 
 const char* ConfigFormatName(ConfigFormat format) {
-  return format == ConfigFormat::kMambaSsm ? "mamba_ssm" : "hf";
+  switch (format) {
+    case ConfigFormat::kMambaSsm:
+      return "mamba_ssm";
+    case ConfigFormat::kHuggingFace:
+      return "hf";
+    case ConfigFormat::kNemotronH:
+      return "nemotron_h";
+  }
+  return "?";
 }
 
 const char* LayerKindName(LayerKind kind) {
   switch (kind) {
     case LayerKind::kMamba2: return "mamba2";
+    case LayerKind::kAttention:
+      return "attention";
+    case LayerKind::kMlp:
+      return "mlp";
   }
   return "?";
+}
+
+LayerKind ModelConfig::layer_kind(int64_t layer) const {
+  if (layer_pattern.empty()) return LayerKind::kMamba2;
+  switch (layer_pattern[static_cast<size_t>(layer)]) {
+    case '*':
+      return LayerKind::kAttention;
+    case '-':
+      return LayerKind::kMlp;
+    default:
+      return LayerKind::kMamba2;  // 'M'; anything else is refused by validation
+  }
 }
 
 int64_t ModelConfig::num_layers(LayerKind kind) const {
@@ -288,6 +488,58 @@ int64_t ModelConfig::padded_vocab_size() const {
   int64_t multiple = pad_vocab_size_multiple > 0 ? pad_vocab_size_multiple : 1;
   return (vocab_size + multiple - 1) / multiple * multiple;
 }
+
+namespace {
+
+// The blocks of a hybrid: one valid pattern character per layer, and the sizes of every
+// block kind the pattern holds.
+absl::Status ValidateHybrid(const ModelConfig& config) {
+  if (static_cast<int64_t>(config.layer_pattern.size()) != config.n_layer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field hybrid_override_pattern has ", config.layer_pattern.size(),
+        " characters but there are ", config.n_layer, " layers; give one character per layer"));
+  }
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    COIL_RETURN_IF_ERROR(PatternKind(config.layer_pattern[static_cast<size_t>(l)], l).status());
+  }
+  struct Limit {
+    const char* name;
+    int64_t value;
+    int64_t max;
+    bool needed;
+  };
+  const bool mamba = config.num_layers(LayerKind::kMamba2) > 0;
+  const bool attention = config.has_attention();
+  if (!mamba) {
+    return absl::UnimplementedError(
+        absl::StrCat("config field hybrid_override_pattern is \"", config.layer_pattern,
+                     "\", which has no Mamba2 block (M); coil serves hybrids with at least one"));
+  }
+  const Limit limits[] = {
+      {"mamba_num_heads", config.mamba_heads, 1 << 16, mamba},
+      {"num_attention_heads", config.attention_heads, 1 << 12, attention},
+      {"num_key_value_heads", config.kv_heads, 1 << 12, attention},
+      {"head_dim", config.attention_head_dim, 1024, attention},
+      {"intermediate_size", config.intermediate_size, 1 << 20,
+       config.num_layers(LayerKind::kMlp) > 0},
+  };
+  for (const Limit& limit : limits) {
+    if (limit.needed && (limit.value < 1 || limit.value > limit.max)) {
+      return absl::InvalidArgumentError(absl::StrCat("config field ", limit.name, " is ",
+                                                     limit.value, "; it must be in [1, ", limit.max,
+                                                     "]"));
+    }
+  }
+  if (attention && config.attention_heads % config.kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field num_key_value_heads is ", config.kv_heads,
+                     ", which does not divide num_attention_heads (", config.attention_heads,
+                     "); each KV head must serve the same number of query heads"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ValidateModelConfig(const ModelConfig& config) {
   struct Limit {
@@ -328,7 +580,8 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
     return absl::InvalidArgumentError(absl::StrCat("config field norm_epsilon is ",
                                                    config.norm_epsilon, "; it must be positive"));
   }
-  return absl::OkStatus();
+  if (config.layer_pattern.empty()) return absl::OkStatus();
+  return ValidateHybrid(config);
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
@@ -338,10 +591,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
   }
   auto model_type = root.find("model_type");
   if (model_type == root.end()) return ParseMambaSsm(root);
+  if (*model_type == "nemotron_h") return ParseNemotronH(root);
   if (*model_type != "mamba2") {
     return absl::UnimplementedError(absl::StrCat(
         "config field model_type is ", model_type->dump(),
-        "; coil supports \"mamba2\" (Hugging Face) or a mamba_ssm config without model_type"));
+        "; coil supports \"mamba2\" and \"nemotron_h\" (Hugging Face) or a mamba_ssm config "
+        "without model_type"));
   }
   return ParseHuggingFace(root);
 }
@@ -395,6 +650,36 @@ std::string ModelConfigToJson(const ModelConfig& config, ConfigFormat format) {
     root["pad_vocab_size_multiple"] = config.pad_vocab_size_multiple;
     root["tie_embeddings"] = config.tie_embeddings;
     root["norm_epsilon"] = config.norm_epsilon;
+  } else if (format == ConfigFormat::kNemotronH) {
+    // The keys published NemotronH checkpoints write (NemotronHForCausalLM).
+    root["architectures"] = Json::array({"NemotronHForCausalLM"});
+    root["model_type"] = "nemotron_h";
+    root["vocab_size"] = config.padded_vocab_size();
+    root["hidden_size"] = config.d_model;
+    root["num_hidden_layers"] = config.n_layer;
+    root["hybrid_override_pattern"] = config.layer_pattern;
+    root["tie_word_embeddings"] = config.tie_embeddings;
+    root["layer_norm_epsilon"] = config.norm_epsilon;
+    root["residual_in_fp32"] = config.residual_in_fp32;
+    root["mamba_num_heads"] = config.nheads();
+    root["mamba_head_dim"] = config.headdim;
+    root["ssm_state_size"] = config.d_state;
+    root["n_groups"] = config.ngroups;
+    root["conv_kernel"] = config.d_conv;
+    root["expand"] = config.expand;
+    root["chunk_size"] = config.chunk_size;
+    root["use_conv_bias"] = config.conv_bias;
+    root["use_bias"] = config.bias;
+    root["mamba_proj_bias"] = config.bias;
+    root["mamba_hidden_act"] = "silu";
+    if (finite_limit || config.time_step_min != 0) root["time_step_limit"] = limit;
+    root["num_attention_heads"] = config.attention_heads;
+    root["num_key_value_heads"] = config.kv_heads;
+    root["head_dim"] = config.attention_head_dim;
+    root["attention_bias"] = false;
+    root["intermediate_size"] = config.intermediate_size;
+    root["mlp_hidden_act"] = "relu2";
+    root["mlp_bias"] = false;
   } else {
     root["architectures"] = Json::array({"Mamba2ForCausalLM"});
     root["model_type"] = "mamba2";
@@ -435,6 +720,27 @@ absl::Status SetModelConfigField(ModelConfig& config, absl::string_view key,
       {"d_conv", &config.d_conv},
       {"chunk_size", &config.chunk_size},
   };
+  // Nemotron-H's fields, by their Hugging Face names.
+  std::pair<const char*, int64_t*> hybrid_ints[] = {
+      {"mamba_num_heads", &config.mamba_heads},
+      {"num_attention_heads", &config.attention_heads},
+      {"num_key_value_heads", &config.kv_heads},
+      {"attention_head_dim", &config.attention_head_dim},
+      {"intermediate_size", &config.intermediate_size},
+  };
+  if (key == "hybrid_override_pattern") {
+    config.layer_pattern = std::string(value);
+    config.n_layer = static_cast<int64_t>(value.size());
+    return absl::OkStatus();
+  }
+  for (auto& [name, field] : hybrid_ints) {
+    if (key != name) continue;
+    if (!absl::SimpleAtoi(value, field)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--set ", key, "=", value, ": expected an integer"));
+    }
+    return absl::OkStatus();
+  }
   std::pair<const char*, bool*> bools[] = {
       {"bias", &config.bias},
       {"conv_bias", &config.conv_bias},
@@ -470,6 +776,8 @@ absl::Status SetModelConfigField(ModelConfig& config, absl::string_view key,
   for (auto& entry : ints) names.push_back(entry.first);
   for (auto& entry : bools) names.push_back(entry.first);
   names.push_back("norm_epsilon");
+  names.push_back("hybrid_override_pattern");
+  for (auto& entry : hybrid_ints) names.push_back(entry.first);
   return absl::InvalidArgumentError(
       absl::StrCat("--set ", key, ": unknown config field; known: ", absl::StrJoin(names, ", ")));
 }
@@ -501,8 +809,46 @@ absl::StatusOr<ModelConfig> NamedModelShape(absl::string_view name) {
     config.tie_embeddings = true;
     return config;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("model shape '", name, "' is unknown; use tiny or 130m"));
+  struct Hybrid {
+    const char* name;
+    const char* pattern;
+    int64_t d_model, vocab_size, mamba_heads, headdim, ngroups, d_state, chunk_size,
+        attention_heads, kv_heads, attention_head_dim, intermediate_size;
+    bool tie_embeddings;
+  };
+  // nemotron-130m: Nemotron-H's block mix at the 130m width (about 125M parameters beside
+  // the 38.6M of the tied embedding); nemotron-tiny: every block kind at test size.
+  constexpr Hybrid kHybrids[] = {
+      {"nemotron-tiny", "M*-M-*", 64, 256, 8, 16, 2, 16, 8, 4, 2, 16, 128, false},
+      {"nemotron-130m", "M-M-M*-M-M-M*-M-M-M*-M-M-M*-", 768, 50288, 24, 64, 8, 128, 128, 12, 4, 64,
+       3072, true},
+  };
+  for (const Hybrid& shape : kHybrids) {
+    if (name != shape.name) continue;
+    ModelConfig config;
+    config.format = ConfigFormat::kNemotronH;
+    config.layer_pattern = shape.pattern;
+    config.n_layer = static_cast<int64_t>(config.layer_pattern.size());
+    config.d_model = shape.d_model;
+    config.vocab_size = shape.vocab_size;
+    config.pad_vocab_size_multiple = 1;
+    config.mamba_heads = shape.mamba_heads;
+    config.headdim = shape.headdim;
+    config.ngroups = shape.ngroups;
+    config.d_state = shape.d_state;
+    config.chunk_size = shape.chunk_size;
+    config.d_conv = 4;
+    config.expand = 2;
+    config.attention_heads = shape.attention_heads;
+    config.kv_heads = shape.kv_heads;
+    config.attention_head_dim = shape.attention_head_dim;
+    config.intermediate_size = shape.intermediate_size;
+    config.tie_embeddings = shape.tie_embeddings;
+    config.residual_in_fp32 = false;
+    return config;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model shape '", name, "' is unknown; use tiny, 130m, nemotron-tiny or nemotron-130m"));
 }
 
 }  // namespace coil::model

@@ -18,6 +18,20 @@ std::vector<TensorSpec> RequiredTensors(const ModelConfig& config) {
     std::string prefix = absl::StrCat("layers.", layer, ".");
     std::string mixer = prefix + "mixer.";
     specs.push_back({prefix + "norm.weight", {d}});
+    if (config.layer_kind(layer) == LayerKind::kAttention) {
+      const int64_t q = config.attention_heads * config.attention_head_dim;
+      const int64_t kv = config.kv_heads * config.attention_head_dim;
+      specs.push_back({mixer + "q_proj.weight", {q, d}});
+      specs.push_back({mixer + "k_proj.weight", {kv, d}});
+      specs.push_back({mixer + "v_proj.weight", {kv, d}});
+      specs.push_back({mixer + "o_proj.weight", {d, q}});
+      continue;
+    }
+    if (config.layer_kind(layer) == LayerKind::kMlp) {
+      specs.push_back({mixer + "up_proj.weight", {config.intermediate_size, d}});
+      specs.push_back({mixer + "down_proj.weight", {d, config.intermediate_size}});
+      continue;
+    }
     specs.push_back({mixer + "in_proj.weight", {config.d_in_proj(), d}});
     if (config.bias) specs.push_back({mixer + "in_proj.bias", {config.d_in_proj()}});
     specs.push_back({mixer + "conv1d.weight", {config.conv_dim(), 1, config.d_conv}});

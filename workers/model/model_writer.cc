@@ -112,9 +112,16 @@ absl::Status WriteModelDirectory(const ModelConfig& config, const std::vector<Te
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
-  ConfigFormat config_format = options.layout == KeyLayout::kHuggingFace
-                                   ? ConfigFormat::kHuggingFace
-                                   : ConfigFormat::kMambaSsm;
+  // A Nemotron-H config has one dialect, with Hugging Face's keys; a Mamba2 config takes the
+  // layout's.
+  if (config.format == ConfigFormat::kNemotronH && options.layout != KeyLayout::kHuggingFace) {
+    return absl::InvalidArgumentError(
+        "a nemotron_h model is written in the Hugging Face key layout only (--layout hf)");
+  }
+  const ConfigFormat config_format =
+      config.format == ConfigFormat::kNemotronH   ? ConfigFormat::kNemotronH
+      : options.layout == KeyLayout::kHuggingFace ? ConfigFormat::kHuggingFace
+                                                  : ConfigFormat::kMambaSsm;
   COIL_RETURN_IF_ERROR(WriteFile(dir + "/config.json", ModelConfigToJson(config, config_format)));
 
   if (options.format == FileFormat::kPytorch) {

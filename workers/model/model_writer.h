@@ -1,6 +1,7 @@
 // Writes model directories (config.json plus tensors) in either key layout and file
-// format, and makes deterministic random Mamba2 weights at realistic scales. coil's own
-// tests, benchmarks and demo use it (through coil-make-model); the readers are its inverse.
+// format, and makes deterministic random weights (Mamba2 or Nemotron-H) at realistic scales.
+// coil's own tests, benchmarks and demo use it (through coil-make-model); the readers are its
+// inverse.
 #ifndef COIL_WORKERS_MODEL_MODEL_WRITER_H_
 #define COIL_WORKERS_MODEL_MODEL_WRITER_H_
 
@@ -33,9 +34,10 @@ struct WriteOptions {
 // The key `canonical` has in `layout` (the inverse of CanonicalTensorName).
 std::string LayoutTensorKey(const std::string& canonical, checkpoint::KeyLayout layout);
 
-// Writes `<dir>/config.json` and the tensor file(s); creates `dir` if needed. In the
-// pytorch format a tied model also gets lm_head.weight sharing the embedding's storage, as
-// mamba_ssm's state dict has it.
+// Writes `<dir>/config.json` and the tensor file(s); creates `dir` if needed. The config is
+// written in the layout's dialect, or as a nemotron_h config for a Nemotron-H model (which
+// takes the Hugging Face layout only). In the pytorch format a tied model also gets
+// lm_head.weight sharing the embedding's storage, as mamba_ssm's state dict has it.
 absl::Status WriteModelDirectory(const ModelConfig& config, const std::vector<TensorData>& tensors,
                                  const WriteOptions& options, const std::string& dir);
 

@@ -345,5 +345,64 @@ TEST(CheckpointTest, RequiredTensorsOf130mAddUpToItsSize) {
   EXPECT_EQ(RequiredTensors(config).size(), 1 + 24 * 9 + 1u);
 }
 
+TEST(CheckpointTest, RequiredTensorsOfNemotron130mAddUpToItsSize) {
+  // d 768, vocab 50288 (tied), 28 layers: 12 Mamba2 (in_proj 5144 x 768 with 24 heads of 64
+  // in 8 groups of d_state 128, out_proj 768 x 1536, conv 3584 x 4 plus bias, 3 x 24, norm
+  // 1536), 4 attention (q, o 768 x 768; k, v 256 x 768), 12 MLP (2 x 3072 x 768), 28 block
+  // norms and norm_f: 163,355,232 parameters worked out by hand.
+  ModelConfig config = *NamedModelShape("nemotron-130m");
+  int64_t total = 0;
+  for (const TensorSpec& spec : RequiredTensors(config)) {
+    int64_t count = 1;
+    for (int64_t dim : spec.shape) count *= dim;
+    total += count;
+  }
+  const int64_t mamba = 5144 * 768 + 768 * 1536 + 3584 * 4 + 3584 + 3 * 24 + 1536;
+  const int64_t attention = 2 * 768 * 768 + 2 * 256 * 768;
+  const int64_t mlp = 2 * 3072 * 768;
+  EXPECT_EQ(total, 50288 * 768 + 12 * mamba + 4 * attention + 12 * mlp + 29 * 768);
+  // embedding, 28 block norms, 12 x 9 Mamba2 tensors, 4 x 4 attention, 12 x 2 MLP, norm_f.
+  EXPECT_EQ(RequiredTensors(config).size(), 1 + 28 + 12 * 8 + 4 * 4 + 12 * 2 + 1u);
+}
+
+TEST(CheckpointTest, NemotronHTensorsAreCheckedByName) {
+  ScratchDir scratch;
+  ModelConfig config = *NamedModelShape("nemotron-tiny");
+  std::vector<TensorData> tensors = RandomModelTensors(config, DType::kBF16, DType::kF32, 3);
+  // Every format the writer has, sharded too, opens and validates.
+  for (FileFormat format : {FileFormat::kSafetensors, FileFormat::kPytorch}) {
+    const std::string dir = Write(scratch, absl::StrCat("nemotron_", FileFormatName(format)),
+                                  config, tensors, KeyLayout::kHuggingFace, format);
+    absl::StatusOr<ModelFiles> files = OpenModelFiles(dir);
+    ASSERT_TRUE(files.ok()) << files.status();
+    EXPECT_EQ(files->config.format, ConfigFormat::kNemotronH);
+    EXPECT_EQ(files->checkpoint->layout(), KeyLayout::kHuggingFace);
+    // Layer 1 is attention: its q_proj is stored under backbone.layers.1.mixer.q_proj.weight.
+    EXPECT_THAT(files->checkpoint->Describe("layers.1.mixer.q_proj.weight"),
+                HasSubstr("backbone.layers.1.mixer.q_proj.weight"));
+  }
+  ASSERT_TRUE(OpenModelFiles(Write(scratch, "nemotron_sharded", config, tensors,
+                                   KeyLayout::kHuggingFace, FileFormat::kSafetensors, 3))
+                  .ok());
+  EXPECT_FALSE(WriteModelDirectory(config, tensors, {KeyLayout::kMambaSsm, FileFormat::kPytorch, 1},
+                                   scratch.Sub("nemotron_mamba_ssm"))
+                   .ok());
+  // A missing attention projection, a misshaped MLP projection.
+  std::vector<TensorData> missing;
+  for (const TensorData& t : tensors) {
+    if (t.name != "layers.1.mixer.k_proj.weight") missing.push_back(t);
+  }
+  EXPECT_THAT(OpenError(Write(scratch, "nemotron_missing", config, missing, KeyLayout::kHuggingFace,
+                              FileFormat::kSafetensors)),
+              HasSubstr("missing tensor layers.1.mixer.k_proj.weight"));
+  std::vector<TensorData> misshaped = tensors;
+  for (TensorData& t : misshaped) {
+    if (t.name == "layers.2.mixer.up_proj.weight") t.shape = {64, 128};  // transposed
+  }
+  EXPECT_THAT(OpenError(Write(scratch, "nemotron_misshaped", config, misshaped,
+                              KeyLayout::kHuggingFace, FileFormat::kSafetensors)),
+              HasSubstr("backbone.layers.2.mixer.up_proj.weight"));
+}
+
 }  // namespace
 }  // namespace coil::model
