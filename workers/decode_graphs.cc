@@ -22,7 +22,7 @@ size_t BucketIndex(int64_t bucket) {
 bool DecodeGraphs::enabled() const {
   // Only collectives enqueued on the backend's stream (NCCL) can be captured; MPI cannot.
   const comm::Communicator& comm = model_.collectives().comm();
-  return enabled_ && model_.backend().SupportsGraphs() &&
+  return enabled_ && model_.backend().SupportsGraphs() && !model_.config().has_attention() &&
          (comm.size() == 1 || comm.memory_space() == comm::MemorySpace::kDevice);
 }
 
@@ -33,16 +33,17 @@ int64_t DecodeGraphs::nodes(int64_t num_seqs) const {
 }
 
 absl::Status DecodeGraphs::Capture(int64_t bucket, StatePool& pool) {
+  const model::RankCaches caches{&pool, nullptr};
   Backend& backend = model_.backend();
   const StepMetadata scratch = ScratchDecodeBatch(bucket, static_cast<int32_t>(pool.scratch_row()));
-  COIL_ASSIGN_OR_RETURN(const RecurrentBatch* batch, model_.UploadStep(scratch));
+  COIL_ASSIGN_OR_RETURN(const model::StepBatches batches, model_.UploadStep(scratch));
   // The warm-up makes every lazy allocation (op scratch, algorithm choices) happen outside
   // the capture; without collectives it is local, so ranks may capture at different steps.
   // The graphs take every bucket row in order (a scratch batch samples rows 0..bucket-1),
   // so their lm_head reads the final norm's rows without a gather.
   {
     model::StepContext warm_up(backend, model_.collectives(), /*collectives=*/false);
-    model_.Compute(warm_up, bucket, bucket, true, *batch, pool);
+    model_.Compute(warm_up, bucket, bucket, true, batches, caches);
     COIL_RETURN_IF_ERROR(warm_up.status());
   }
 #if COIL_WITH_CUDA
@@ -59,7 +60,7 @@ absl::Status DecodeGraphs::Capture(int64_t bucket, StatePool& pool) {
   COIL_RETURN_IF_ERROR(backend.Synchronize());
   COIL_RETURN_IF_ERROR(backend.BeginCapture());
   model::StepContext ctx(backend, model_.collectives(), /*collectives=*/true);
-  model_.Compute(ctx, bucket, bucket, true, *batch, pool);
+  model_.Compute(ctx, bucket, bucket, true, batches, caches);
   auto graph = backend.EndCapture();  // always ends the capture, whatever failed inside
   COIL_RETURN_IF_ERROR(ctx.status());
   COIL_RETURN_IF_ERROR(graph.status());
@@ -99,12 +100,10 @@ absl::StatusOr<int64_t> DecodeGraphs::Run(const StepMetadata& meta, StatePool& p
   }
   const StepMetadata padded = PadDecodeBatch(meta, bucket, static_cast<int32_t>(pool.scratch_row()));
   model::StepContext ctx(backend, model_.collectives(), /*collectives=*/true);
-  const RecurrentBatch* batch = &padded.batch;
-  auto uploaded = model_.UploadStep(padded);
-  if (uploaded.ok()) {
-    batch = *uploaded;
-  } else {
+  absl::StatusOr<model::StepBatches> uploaded = model_.UploadStep(padded);
+  if (!uploaded.ok()) {
     ctx.Fail(Annotate(uploaded.status(), "the step's metadata"));
+    uploaded = model::StepBatches{&padded.batch, nullptr};
   }
   // A step whose padded sample rows are not 0..bucket-1 (a resumed prompt's one-token chunk
   // that samples nothing, ahead of a row that does) runs op by op, with the gather.
@@ -114,7 +113,9 @@ absl::StatusOr<int64_t> DecodeGraphs::Run(const StepMetadata& meta, StatePool& p
     replayed = backend.Replay(*slot.graph).ok();
     if (replayed) ++replays_;
   }
-  if (!replayed) model_.Compute(ctx, bucket, bucket, every_row, *batch, pool);
+  if (!replayed) {
+    model_.Compute(ctx, bucket, bucket, every_row, *uploaded, model::RankCaches{&pool, nullptr});
+  }
   COIL_RETURN_IF_ERROR(ctx.status());
   return static_cast<int64_t>(meta.num_samples());
 }

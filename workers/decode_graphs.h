@@ -6,7 +6,9 @@
 // reads (weights, the model's step scratch and metadata block, the state pool) is fixed while
 // it is current: a scratch growth (Model::scratch_generation) or another pool drops the
 // graphs, and a capture that fails leaves this rank running padded steps op by op (every
-// rank pads alike, so the collectives match either way).
+// rank pads alike, so the collectives match either way). A model with attention layers runs
+// every step op by op: its steps' block tables and context lengths change what the
+// attention ops read, which a replay cannot follow yet.
 #ifndef COIL_WORKERS_DECODE_GRAPHS_H_
 #define COIL_WORKERS_DECODE_GRAPHS_H_
 
@@ -29,7 +31,8 @@ class DecodeGraphs {
   // debugging: --cuda-graphs=false). `model` must outlive this.
   DecodeGraphs(model::Model& model, bool enabled) : model_(model), enabled_(enabled) {}
 
-  // Whether decode-only steps are padded and replayed; the same on every rank.
+  // Whether decode-only steps are padded and replayed (never for a model with attention);
+  // the same on every rank.
   bool enabled() const;
   void set_enabled(bool enabled) { enabled_ = enabled; }
   // Whether `meta` runs through Run: graphs enabled and every sequence one resumed token.

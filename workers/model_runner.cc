@@ -19,13 +19,32 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(model::Model& m
         absl::StrCat("state rows is ", state_rows, "; give at least 1 (--state-rows)"));
   }
   COIL_ASSIGN_OR_RETURN(StatePool pool, StatePool::Create(backend, model.StateShape(state_rows)));
+  std::optional<KvCache> kv_cache;
+  if (model.config().has_attention()) {
+    if (options.kv_pages < 1 || options.block_size < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model has attention layers and needs KV pages; got ", options.kv_pages,
+                       " pages of ", options.block_size, " tokens (--kv-pages, --block-size)"));
+    }
+    COIL_ASSIGN_OR_RETURN(
+        kv_cache, KvCache::Create(backend, model.KvShape(options.kv_pages, options.block_size)));
+  }
   return std::unique_ptr<ModelRunner>(
-      new ModelRunner(model, backend, comm, std::move(pool), options));
+      new ModelRunner(model, backend, comm, std::move(pool), std::move(kv_cache), options));
+}
+
+absl::StatusOr<StepMetadata> ModelRunner::Metadata(const StepPlan& plan) const {
+  KvPages kv;
+  if (kv_cache_) {
+    kv.block_size = static_cast<int32_t>(kv_cache_->block_size());
+    kv.pages = kv_cache_->pages();
+  }
+  return BuildStepMetadata(plan, model_.config().padded_vocab_size(), pool_.state_rows(), kv);
 }
 
 absl::StatusOr<int64_t> ModelRunner::RunStep(const StepMetadata& meta, bool all_rows) {
   if (!all_rows && graphs_.Takes(meta)) return graphs_.Run(meta, pool_);
-  return model_.Run(meta, pool_, all_rows);
+  return model_.Run(meta, caches(), all_rows);
 }
 
 absl::Status ModelRunner::Forward(const StepMetadata& meta, bool all_rows,
@@ -51,7 +70,7 @@ StepResult ModelRunner::Execute(const StepPlan& plan) {
   StepResult result;
   result.step_id = plan.step_id;
   absl::Status local = absl::OkStatus();
-  auto meta = BuildStepMetadata(plan, model_.config().padded_vocab_size(), pool_.state_rows());
+  auto meta = Metadata(plan);
   std::vector<const ScheduledSequence*> rows;
   using Kind = DeviceSampler::RowSampling;
   std::vector<Kind> kinds;
@@ -150,7 +169,7 @@ absl::StatusOr<std::vector<SampledToken>> ModelRunner::SampleRows(
 absl::StatusOr<std::vector<float>> ModelRunner::ExecuteAllLogits(const StepPlan& plan) {
   absl::Status local = absl::OkStatus();
   std::vector<float> shard;
-  auto meta = BuildStepMetadata(plan, model_.config().padded_vocab_size(), pool_.state_rows());
+  auto meta = Metadata(plan);
   if (!meta.ok()) {
     local = meta.status();
   } else {

@@ -5,15 +5,19 @@
 // the next token of each sampled sequence (on the device where a row needs only an argmax or
 // a Gumbel-max, on the host otherwise). Every rank runs every plan and returns the same
 // StepResult; rank 0's goes back to the scheduler. The runner owns this rank's per-sequence
-// state: the recurrent-state pool.
+// state: the recurrent-state pool and, for a model with attention, the KV cache, whose pages
+// the scheduler hands out (a plan's block tables say which pages each sequence reads and
+// writes; the runner never decides it).
 #ifndef COIL_WORKERS_MODEL_RUNNER_H_
 #define COIL_WORKERS_MODEL_RUNNER_H_
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "kernels/kv_cache.h"
 #include "kernels/state_pool.h"
 #include "scheduler/plan.h"
 #include "workers/comm/communicator.h"
@@ -26,6 +30,11 @@
 namespace coil {
 
 struct RunnerOptions {
+  // The KV cache of a model with attention layers: pages of block_size tokens (the pages the
+  // scheduler's KV budget counts, and the plans' block tables name). Ignored without
+  // attention layers.
+  int64_t kv_pages = 0;
+  int32_t block_size = 16;
   // Replay decode-only steps as graphs where the backend records them (CUDA) and the
   // model's communicator can be captured; false runs every step op by op (for debugging:
   // --cuda-graphs=false).
@@ -34,9 +43,10 @@ struct RunnerOptions {
 
 class ModelRunner {
  public:
-  // Allocates the state pool for `state_rows` sequences (plus the scratch row). `model`,
-  // `backend` and `comm` (the host communicator: step status and sampling) must outlive the
-  // runner.
+  // Allocates the state pool for `state_rows` sequences (plus the scratch row) and, for a
+  // model with attention, the KV cache of options.kv_pages pages (plus the scratch page).
+  // `model`, `backend` and `comm` (the host communicator: step status and sampling) must
+  // outlive the runner.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(model::Model& model,
                                                              Backend& backend,
                                                              comm::Communicator& comm,
@@ -58,20 +68,26 @@ class ModelRunner {
   absl::Status Forward(const StepMetadata& meta, bool all_rows, std::vector<float>& logits);
 
   const StatePool& state_pool() const { return pool_; }
+  // Null for a model without attention layers.
+  const KvCache* kv_cache() const { return kv_cache_ ? &*kv_cache_ : nullptr; }
   model::Model& model() { return model_; }
   DecodeGraphs& decode_graphs() { return graphs_; }
 
  private:
   ModelRunner(model::Model& model, Backend& backend, comm::Communicator& comm, StatePool pool,
-              const RunnerOptions& options)
+              std::optional<KvCache> kv_cache, const RunnerOptions& options)
       : model_(model),
         backend_(backend),
         comm_(comm),
         pool_(std::move(pool)),
+        kv_cache_(std::move(kv_cache)),
         graphs_(model, options.cuda_graphs),
         device_sampler_(backend, model.layout().vocab, model.config().vocab_size),
         sampler_(comm, model.layout().vocab, static_cast<int32_t>(model.config().vocab_size)) {}
 
+  // The step's metadata from `plan`, checked against this rank's pool and KV cache.
+  absl::StatusOr<StepMetadata> Metadata(const StepPlan& plan) const;
+  model::RankCaches caches() { return {&pool_, kv_cache_ ? &*kv_cache_ : nullptr}; }
   // The step's forward pass; returns how many rows of the model's logits hold the sampled
   // rows (every row when all_rows), in meta's order.
   absl::StatusOr<int64_t> RunStep(const StepMetadata& meta, bool all_rows);
@@ -87,6 +103,7 @@ class ModelRunner {
   Backend& backend_;
   comm::Communicator& comm_;
   StatePool pool_;
+  std::optional<KvCache> kv_cache_;
   DecodeGraphs graphs_;
   DeviceSampler device_sampler_;
   Sampler sampler_;

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "kernels/kv_cache.h"
+#include "kernels/paged_kv_batch.h"
 #include "kernels/recurrent_batch.h"
 #include "kernels/state_pool.h"
 #include "kernels/tensor.h"
@@ -40,6 +42,8 @@ struct LayerStep {
   int64_t rows = 0;                        // tokens of the step, packed
   const RecurrentBatch* batch = nullptr;   // the sequences' runs and state rows
   StatePool* states = nullptr;             // recurrent state of the recurrent layers
+  const PagedKvBatch* kv = nullptr;        // the sequences' KV pages (attention models)
+  KvCache* kv_cache = nullptr;             // K and V of the attention layers
   bool one_token_runs = false;             // every sequence runs one token
   bool fused_mixer = true;                 // such steps may take fused ops
   LayerScratch scratch;

@@ -5,18 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "workers/model/attention_layer.h"
 #include "workers/model/mamba2_layer.h"
+#include "workers/model/mlp_layer.h"
 
 namespace coil::model {
 namespace {
-
-// The name of layer 0's first matrix: what WeightType::kAuto reads the stored type of.
-std::string FirstMatrixName(const ModelConfig& config) {
-  switch (config.layer_kind(0)) {
-    case LayerKind::kMamba2: return LayerTensorName(0, "mixer.in_proj.weight");
-  }
-  return "embedding.weight";
-}
 
 ScratchWidths Widest(const ScratchWidths& a, const ScratchWidths& b) {
   return {std::max(a.a, b.a), std::max(a.b, b.b), std::max(a.c, b.c), std::max(a.d, b.d),
@@ -50,15 +44,7 @@ absl::Status Model::LoadWeights(const checkpoint::Checkpoint& checkpoint,
   const ModelConfig& c = config_;
   const ShardLayout& s = layout_;
   const int64_t d = c.d_model;
-  COIL_ASSIGN_OR_RETURN(checkpoint::TensorInfo first, checkpoint.Info(FirstMatrixName(c)));
-  switch (options.weight_type) {
-    case WeightType::kF32: weight_dtype_ = ::coil::DType::kF32; break;
-    case WeightType::kBF16: weight_dtype_ = ::coil::DType::kBF16; break;
-    case WeightType::kAuto:
-      weight_dtype_ = first.dtype == checkpoint::DType::kF32 ? ::coil::DType::kF32
-                                                             : ::coil::DType::kBF16;
-      break;
-  }
+  COIL_ASSIGN_OR_RETURN(weight_dtype_, ChooseWeightDType(checkpoint, c, options.weight_type));
   const bool bf16_rows = weight_dtype_ == ::coil::DType::kBF16;
   WeightLoader loader(checkpoint, backend_, weight_dtype_, weights_);
 
@@ -72,7 +58,7 @@ absl::Status Model::LoadWeights(const checkpoint::Checkpoint& checkpoint,
   }
   COIL_ASSIGN_OR_RETURN(norm_f_, loader.WholeVector("norm_f.weight", d));
 
-  int64_t mamba_layers = 0;
+  int64_t mamba_layers = 0, attention_layers = 0;
   widths_ = ScratchWidths{};
   widths_.rows16 = d;  // the block norms' output
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -85,6 +71,17 @@ absl::Status Model::LoadWeights(const checkpoint::Checkpoint& checkpoint,
         layer = std::make_unique<Mamba2Layer>(std::move(weights), c, s, mamba_layers++, bf16_rows);
         break;
       }
+      case LayerKind::kAttention: {
+        COIL_ASSIGN_OR_RETURN(AttentionWeights weights, LoadAttentionWeights(loader, c, s, l));
+        layer =
+            std::make_unique<AttentionLayer>(std::move(weights), s, attention_layers++, bf16_rows);
+        break;
+      }
+      case LayerKind::kMlp: {
+        COIL_ASSIGN_OR_RETURN(MlpWeights weights, LoadMlpWeights(loader, c, s, l));
+        layer = std::make_unique<MlpLayer>(std::move(weights), s, bf16_rows);
+        break;
+      }
     }
     widths_ = Widest(widths_, layer->scratch());
     layers_.push_back(std::move(layer));
@@ -95,6 +92,10 @@ absl::Status Model::LoadWeights(const checkpoint::Checkpoint& checkpoint,
 
 StatePoolShape Model::StateShape(int64_t state_rows) const {
   return ShardStateShape(config_, layout_, state_rows);
+}
+
+KvCacheShape Model::KvShape(int64_t pages, int64_t block_size) const {
+  return ShardKvShape(config_, layout_, pages, block_size, weight_dtype_);
 }
 
 absl::Status Model::EnsureScratch(int64_t rows, int64_t sampled_rows, int64_t meta_words) {
@@ -168,7 +169,7 @@ absl::Status Model::GrowScratch(int64_t rows, int64_t sampled_rows, int64_t meta
   return absl::OkStatus();
 }
 
-absl::StatusOr<const RecurrentBatch*> Model::UploadStep(const StepMetadata& meta) {
+absl::StatusOr<StepBatches> Model::UploadStep(const StepMetadata& meta) {
   PackStepMetadata(meta, packed_);
   if (static_cast<int64_t>(packed_.words.size()) > scratch_meta_words_) {
     return absl::InternalError(absl::StrCat("the step's metadata takes ", packed_.words.size(),
@@ -177,14 +178,27 @@ absl::StatusOr<const RecurrentBatch*> Model::UploadStep(const StepMetadata& meta
   COIL_RETURN_IF_ERROR(
       backend_.CopyFromHost(meta_.data(), packed_.words.data(), packed_.words.size() * 4));
   step_batch_ = meta.batch;  // reuses the vectors' capacity
+  StepBatches batches;
+  batches.recurrent = &step_batch_;
+  const bool kv = meta.kv.block_size > 0;
+  if (kv) {
+    step_kv_ = meta.kv;
+    batches.kv = &step_kv_;
+  }
   if (backend_.device() != Device::kCpu) {
     const int32_t* words = static_cast<const int32_t*>(meta_.data());
     step_batch_.device_cu_seqlens = words + packed_.cu_seqlens;
     step_batch_.device_slots = words + packed_.slots;
     step_batch_.device_start_positions = words + packed_.start_positions;
     step_batch_.device_fresh = reinterpret_cast<const uint8_t*>(words + packed_.fresh);
+    if (kv) {  // the runs and their starts are the recurrent batch's
+      step_kv_.device_cu_seqlens = step_batch_.device_cu_seqlens;
+      step_kv_.device_start_positions = step_batch_.device_start_positions;
+      step_kv_.device_cu_blocks = words + packed_.cu_blocks;
+      step_kv_.device_block_table = words + packed_.block_table;
+    }
   }
-  return &step_batch_;
+  return batches;
 }
 
 Tensor Model::logits(int64_t sampled) const {
@@ -193,7 +207,8 @@ Tensor Model::logits(int64_t sampled) const {
 }
 
 void Model::Compute(StepContext& ctx, int64_t rows, int64_t sampled, bool all_rows,
-                    const RecurrentBatch& batch, StatePool& pool) {
+                    const StepBatches& batches, const RankCaches& caches) {
+  const RecurrentBatch& batch = *batches.recurrent;
   const Device device = backend_.device();
   const int64_t d = config_.d_model;
   const float eps = static_cast<float>(config_.norm_epsilon);
@@ -212,7 +227,9 @@ void Model::Compute(StepContext& ctx, int64_t rows, int64_t sampled, bool all_ro
   LayerStep step;
   step.rows = rows;
   step.batch = &batch;
-  step.states = &pool;
+  step.states = caches.states;
+  step.kv = batches.kv;
+  step.kv_cache = caches.kv;
   step.fused_mixer = fused_mixer_;
   step.one_token_runs = true;
   for (int s = 0; s < batch.num_seqs() && step.one_token_runs; ++s) {
@@ -252,31 +269,31 @@ void Model::Compute(StepContext& ctx, int64_t rows, int64_t sampled, bool all_ro
   ctx.Run([&] { return backend_.Matmul(head_in, lm_head_, logits(sampled)); });
 }
 
-absl::StatusOr<int64_t> Model::Run(const StepMetadata& meta, StatePool& pool, bool all_rows) {
+absl::StatusOr<int64_t> Model::Run(const StepMetadata& meta, const RankCaches& caches,
+                                   bool all_rows) {
   const int64_t rows = meta.num_tokens();
   const int64_t sampled = all_rows ? rows : meta.num_samples();
   all_rows = all_rows || SamplesEveryRow(meta);  // the same rows in the same order
   COIL_RETURN_IF_ERROR(EnsureScratch(rows, sampled, PackedWords(meta)));
   StepContext ctx(backend_, collectives_, /*collectives=*/true);
-  const RecurrentBatch* batch = &meta.batch;
-  auto uploaded = UploadStep(meta);
-  if (uploaded.ok()) {
-    batch = *uploaded;
-  } else {
+  absl::StatusOr<StepBatches> uploaded = UploadStep(meta);
+  if (!uploaded.ok()) {
+    // The ranks still make the step's collectives, on the host's copy of the batches.
     ctx.Fail(Annotate(uploaded.status(), "the step's metadata"));
+    uploaded = StepBatches{&meta.batch, meta.kv.block_size > 0 ? &meta.kv : nullptr};
   }
-  Compute(ctx, rows, sampled, all_rows, *batch, pool);
+  Compute(ctx, rows, sampled, all_rows, *uploaded, caches);
   COIL_RETURN_IF_ERROR(ctx.status());
   return sampled;
 }
 
-absl::Status Model::Forward(const StepMetadata& meta, StatePool& pool, bool all_rows,
+absl::Status Model::Forward(const StepMetadata& meta, const RankCaches& caches, bool all_rows,
                             std::vector<float>& logits) {
   if (meta.num_tokens() == 0) {
     logits.clear();
     return absl::OkStatus();
   }
-  COIL_ASSIGN_OR_RETURN(const int64_t sampled, Run(meta, pool, all_rows));
+  COIL_ASSIGN_OR_RETURN(const int64_t sampled, Run(meta, caches, all_rows));
   logits.resize(static_cast<size_t>(sampled * layout_.vocab.size()));
   return backend_.CopyToHost(logits.data(), logits_.data(), logits.size() * 4);
 }

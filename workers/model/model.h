@@ -28,6 +28,8 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "kernels/buffer.h"
+#include "kernels/kv_cache.h"
+#include "kernels/paged_kv_batch.h"
 #include "kernels/state_pool.h"
 #include "kernels/tensor.h"
 #include "workers/comm/communicator.h"
@@ -40,6 +42,19 @@
 #include "workers/model/weights.h"
 
 namespace coil::model {
+
+// This rank's per-sequence memory a step reads and writes: the recurrent-state rows of the
+// Mamba2 layers and, for a model with attention, the KV pages of the attention layers.
+struct RankCaches {
+  StatePool* states = nullptr;
+  KvCache* kv = nullptr;  // null without attention layers
+};
+
+// An uploaded step's batches, their device mirrors pointing into the metadata block.
+struct StepBatches {
+  const RecurrentBatch* recurrent = nullptr;
+  const PagedKvBatch* kv = nullptr;  // null without attention layers
+};
 
 struct LoadOptions {
   WeightType weight_type = WeightType::kAuto;
@@ -72,6 +87,9 @@ class Model {
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   // The state pool shape this rank needs for `state_rows` sequences (its Mamba2 layers).
   StatePoolShape StateShape(int64_t state_rows) const;
+  // The KV cache shape this rank needs for `pages` pages of `block_size` tokens (its
+  // attention layers; K/V in bf16 for a bf16 model, else f32).
+  KvCacheShape KvShape(int64_t pages, int64_t block_size) const;
   void set_fused_mixer(bool enabled) { fused_mixer_ = enabled; }
 
   // ---- one step, in three calls ----
@@ -81,14 +99,14 @@ class Model {
   // rank that cannot allocate fails the step on every rank instead of leaving the others
   // waiting in a collective it skips.
   absl::Status EnsureScratch(int64_t rows, int64_t sampled_rows, int64_t meta_words);
-  // Packs and uploads `meta` into the metadata block (one copy) and returns its batch with
+  // Packs and uploads `meta` into the metadata block (one copy) and returns its batches with
   // the device mirrors set (left null on the CPU).
-  absl::StatusOr<const RecurrentBatch*> UploadStep(const StepMetadata& meta);
+  absl::StatusOr<StepBatches> UploadStep(const StepMetadata& meta);
   // The forward pass from the embedding to the lm_head on the uploaded step: `rows` tokens,
   // logits for `sampled` rows (the packed sample rows, or every row when all_rows) into
   // logits(). Enqueues only, so that it can be captured.
   void Compute(StepContext& ctx, int64_t rows, int64_t sampled, bool all_rows,
-               const RecurrentBatch& batch, StatePool& pool);
+               const StepBatches& batches, const RankCaches& caches);
   // The logits of the last step's `sampled` rows: f32 [sampled, layout().vocab.size()].
   Tensor logits(int64_t sampled) const;
   // Incremented whenever a scratch buffer is reallocated: anything recorded with older
@@ -99,9 +117,9 @@ class Model {
 
   // EnsureScratch, UploadStep and Compute for `meta`, eagerly; returns how many rows of
   // logits() hold the sampled rows' logits, in meta's order (every row when all_rows).
-  absl::StatusOr<int64_t> Run(const StepMetadata& meta, StatePool& pool, bool all_rows);
+  absl::StatusOr<int64_t> Run(const StepMetadata& meta, const RankCaches& caches, bool all_rows);
   // Run, then this rank's logits columns [rows, layout().vocab.size()] to the host.
-  absl::Status Forward(const StepMetadata& meta, StatePool& pool, bool all_rows,
+  absl::Status Forward(const StepMetadata& meta, const RankCaches& caches, bool all_rows,
                        std::vector<float>& logits);
 
  private:
@@ -140,7 +158,8 @@ class Model {
   Buffer agree_;  // one float: the ranks' all-reduced count of failed scratch growths
   uint64_t scratch_generation_ = 0;
   PackedStepMetadata packed_;
-  RecurrentBatch step_batch_;  // the uploaded step's batch with its device mirrors
+  RecurrentBatch step_batch_;  // the uploaded step's batches with their device mirrors
+  PagedKvBatch step_kv_;
 };
 
 }  // namespace coil::model

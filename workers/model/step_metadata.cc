@@ -8,8 +8,9 @@
 namespace coil {
 
 absl::StatusOr<StepMetadata> BuildStepMetadata(const StepPlan& plan, int64_t padded_vocab,
-                                               int64_t state_rows) {
+                                               int64_t state_rows, const KvPages& kv) {
   StepMetadata meta;
+  meta.kv.block_size = kv.block_size;
   const int32_t total = plan.NumTokens();
   meta.token_ids.reserve(static_cast<size_t>(total));
   meta.positions.reserve(static_cast<size_t>(total));
@@ -28,13 +29,15 @@ absl::StatusOr<StepMetadata> BuildStepMetadata(const StepPlan& plan, int64_t pad
       meta.positions.push_back(seq.start_position + i);
     }
     meta.batch.Add(length, seq.state_slot, seq.fresh, seq.start_position);
+    if (kv.block_size > 0) meta.kv.Add(length, seq.start_position, seq.kv_block_table);
     if (seq.sample) {
       meta.sample_rows.push_back(meta.batch.cu_seqlens.back() - 1);
       meta.sample_sequences.push_back(static_cast<int32_t>(s));
     }
   }
   if (!plan.sequences.empty()) {
-    const absl::Status valid = ValidateRecurrentBatch(meta.batch, total, state_rows);
+    absl::Status valid = ValidateRecurrentBatch(meta.batch, total, state_rows);
+    if (valid.ok() && kv.block_size > 0) valid = ValidatePagedKvBatch(meta.kv, total, kv.pages);
     if (!valid.ok()) {
       return absl::InternalError(absl::StrCat("step ", plan.step_id, ": ", valid.message()));
     }
@@ -51,7 +54,9 @@ void PackStepMetadata(const StepMetadata& meta, PackedStepMetadata& packed) {
   packed.slots = packed.cu_seqlens + batch.cu_seqlens.size();
   packed.start_positions = packed.slots + seqs;
   packed.sample_rows = packed.start_positions + seqs;
-  packed.fresh = packed.sample_rows + samples;
+  packed.cu_blocks = packed.sample_rows + samples;
+  packed.block_table = packed.cu_blocks + meta.kv.cu_blocks.size();
+  packed.fresh = packed.block_table + meta.kv.block_table.size();
   packed.words.assign(packed.fresh + (seqs + 3) / 4, 0);
   int32_t* words = packed.words.data();
   auto put = [](int32_t* dst, const std::vector<int32_t>& src) {
@@ -62,6 +67,8 @@ void PackStepMetadata(const StepMetadata& meta, PackedStepMetadata& packed) {
   put(words + packed.slots, batch.slots);
   put(words + packed.start_positions, batch.start_positions);
   put(words + packed.sample_rows, meta.sample_rows);
+  put(words + packed.cu_blocks, meta.kv.cu_blocks);
+  put(words + packed.block_table, meta.kv.block_table);
   if (seqs > 0) std::memcpy(words + packed.fresh, batch.fresh.data(), seqs);
 }
 
@@ -69,6 +76,7 @@ int64_t PackedWords(const StepMetadata& meta) {
   const int64_t tokens = meta.num_tokens(), seqs = meta.batch.num_seqs(),
                 samples = meta.num_samples();
   return tokens + static_cast<int64_t>(meta.batch.cu_seqlens.size()) + 2 * seqs + samples +
+         static_cast<int64_t>(meta.kv.cu_blocks.size() + meta.kv.block_table.size()) +
          (seqs + 3) / 4;
 }
 

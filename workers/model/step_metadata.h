@@ -1,6 +1,8 @@
 // StepMetadata: what every layer of a step needs to know about the plan, built once per
 // step (not per layer) from the StepPlan: the packed token ids, each token's position, the
-// RecurrentBatch the stateful kernels take, and which rows are sampled.
+// RecurrentBatch the stateful kernels take, the PagedKvBatch the attention ops take (each
+// sequence's block table from the plan; models with attention only), and which rows are
+// sampled.
 //
 // Worked example: a plan with decodes of requests A (slot 2) and B (slot 0) and a
 // 3-token prefill chunk of C (slot 1, fresh), sampled at its end:
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/paged_kv_batch.h"
 #include "kernels/recurrent_batch.h"
 #include "scheduler/plan.h"
 
@@ -25,6 +28,7 @@ struct StepMetadata {
   std::vector<int32_t> token_ids;    // [T]
   std::vector<int32_t> positions;    // [T] absolute position of each token
   RecurrentBatch batch;              // per sequence: cu_seqlens, slots, fresh, start positions
+  PagedKvBatch kv;                   // block_size 0 for a model without attention layers
   std::vector<int32_t> sample_rows;  // [S] the row whose logits are sampled
   std::vector<int32_t> sample_sequences;  // [S] the plan's sequence index of each
 
@@ -32,15 +36,25 @@ struct StepMetadata {
   int32_t num_samples() const { return static_cast<int32_t>(sample_rows.size()); }
 };
 
-// Checks token ids against the padded vocabulary and the batch against `state_rows`
-// (INTERNAL naming the sequence: a plan that fails here was built wrong).
+// The KV pages a rank holds: `block_size` 0 for a model without attention layers (the plan's
+// block tables are then ignored).
+struct KvPages {
+  int32_t block_size = 0;
+  int64_t pages = 0;
+};
+
+// Checks token ids against the padded vocabulary, the batch against `state_rows` and, with
+// KV pages, each sequence's block table (it covers the sequence's positions with pages of
+// the pool, no page written this step is in another table) (INTERNAL naming the sequence:
+// a plan that fails here was built wrong).
 absl::StatusOr<StepMetadata> BuildStepMetadata(const StepPlan& plan, int64_t padded_vocab,
-                                               int64_t state_rows);
+                                               int64_t state_rows, const KvPages& kv = {});
 
 // The step's arrays packed into one block of 32-bit words, so that one host -> device copy
 // per step moves all the kernels read (docs/ARCHITECTURE.md §4): token ids, cu_seqlens, slots,
-// start positions, sample rows, then the fresh flags as bytes (the block's tail padded to a
-// whole word). The offsets are in words from the block's start.
+// start positions, sample rows, the KV block offsets and block table (attention models
+// only), then the fresh flags as bytes (the block's tail padded to a whole word). The offsets
+// are in words from the block's start.
 struct PackedStepMetadata {
   std::vector<int32_t> words;
   size_t token_ids = 0;
@@ -48,14 +62,16 @@ struct PackedStepMetadata {
   size_t slots = 0;
   size_t start_positions = 0;
   size_t sample_rows = 0;
+  size_t cu_blocks = 0;
+  size_t block_table = 0;
   size_t fresh = 0;  // byte i of the fresh flags is byte i from word `fresh` on
 };
 // `packed`'s vectors are reused (no allocation once they are large enough).
 void PackStepMetadata(const StepMetadata& meta, PackedStepMetadata& packed);
 // The words PackStepMetadata writes for `meta`.
 int64_t PackedWords(const StepMetadata& meta);
-// The most words PackStepMetadata writes for a step of `rows` tokens (sequences and sample
-// rows are at most one per token).
+// The most words PackStepMetadata writes for a step of `rows` tokens without KV block tables
+// (sequences and sample rows are at most one per token); block tables come on top.
 int64_t MaxPackedWords(int64_t rows);
 
 // True when the step samples every packed row, in order (sample_rows = 0, 1, ..., T-1): the
@@ -65,6 +81,7 @@ bool SamplesEveryRow(const StepMetadata& meta);
 // ---- decode-only steps, replayed as CUDA graphs per batch-size bucket ----
 // True when every sequence runs exactly one token and resumes a state it already has (no
 // fresh start): the steps a graph captured on a batch of scratch-row entries can replay.
+// (Graphs are for models without attention: padding does not touch `kv`.)
 bool IsDecodeOnly(const StepMetadata& meta);
 // The bucket of `num_seqs` sequences: the smallest power of two at least num_seqs
 // (1, 2, 4, 8, ...).

@@ -39,6 +39,24 @@ std::string LayerTensorName(int64_t layer, absl::string_view suffix) {
   return absl::StrCat("layers.", layer, ".", suffix);
 }
 
+absl::StatusOr<::coil::DType> ChooseWeightDType(const checkpoint::Checkpoint& checkpoint,
+                                                const ModelConfig& config, WeightType type) {
+  switch (type) {
+    case WeightType::kF32:
+      return ::coil::DType::kF32;
+    case WeightType::kBF16:
+      return ::coil::DType::kBF16;
+    case WeightType::kAuto:
+      break;
+  }
+  const char* first = "mixer.in_proj.weight";
+  if (config.layer_kind(0) == LayerKind::kAttention) first = "mixer.q_proj.weight";
+  if (config.layer_kind(0) == LayerKind::kMlp) first = "mixer.up_proj.weight";
+  COIL_ASSIGN_OR_RETURN(const checkpoint::TensorInfo info,
+                        checkpoint.Info(LayerTensorName(0, first)));
+  return info.dtype == checkpoint::DType::kF32 ? ::coil::DType::kF32 : ::coil::DType::kBF16;
+}
+
 absl::StatusOr<Tensor> WeightStore::Upload(Backend& backend, const std::vector<uint8_t>& host,
                                            ::coil::DType dtype,
                                            std::initializer_list<int64_t> shape) {
@@ -64,6 +82,19 @@ absl::StatusOr<Tensor> WeightLoader::MatrixRows(const std::string& name,
                                                 int64_t cols) {
   COIL_ASSIGN_OR_RETURN(std::vector<uint8_t> host, ReadRows(name, segments, cols, matrix_dtype_));
   return store_.Upload(backend_, host, matrix_dtype_, {RowCount(segments), cols});
+}
+
+absl::StatusOr<Tensor> WeightLoader::StackedRows(
+    const std::vector<std::pair<std::string, RowSegment>>& parts, int64_t cols) {
+  std::vector<uint8_t> host;
+  int64_t rows = 0;
+  for (const auto& [name, segment] : parts) {
+    COIL_ASSIGN_OR_RETURN(std::vector<uint8_t> part,
+                          ReadRows(name, {&segment, 1}, cols, matrix_dtype_));
+    host.insert(host.end(), part.begin(), part.end());
+    rows += segment.count;
+  }
+  return store_.Upload(backend_, host, matrix_dtype_, {rows, cols});
 }
 
 absl::StatusOr<Tensor> WeightLoader::MatrixColumns(const std::string& name, int64_t rows,
@@ -140,6 +171,35 @@ absl::StatusOr<Mamba2Weights> LoadMamba2Weights(WeightLoader& loader, const Mode
   COIL_ASSIGN_OR_RETURN(w.out_proj,
                         loader.MatrixColumns(LayerTensorName(layer, "mixer.out_proj.weight"), d,
                                              s.head_begin * p, s.d_inner()));
+  return w;
+}
+
+absl::StatusOr<AttentionWeights> LoadAttentionWeights(WeightLoader& loader, const ModelConfig& c,
+                                                      const ShardLayout& s, int64_t layer) {
+  const int64_t d = c.d_model, dh = c.attention_head_dim;
+  const RowSegment q_rows{s.q_head_begin * dh, s.q_heads() * dh};
+  const RowSegment kv_rows{s.kv_head_begin * dh, s.kv_heads() * dh};
+  AttentionWeights w;
+  COIL_ASSIGN_OR_RETURN(
+      w.qkv, loader.StackedRows({{LayerTensorName(layer, "mixer.q_proj.weight"), q_rows},
+                                 {LayerTensorName(layer, "mixer.k_proj.weight"), kv_rows},
+                                 {LayerTensorName(layer, "mixer.v_proj.weight"), kv_rows}},
+                                d));
+  COIL_ASSIGN_OR_RETURN(w.o_proj,
+                        loader.MatrixColumns(LayerTensorName(layer, "mixer.o_proj.weight"), d,
+                                             s.q_head_begin * dh, s.q_heads() * dh));
+  return w;
+}
+
+absl::StatusOr<MlpWeights> LoadMlpWeights(WeightLoader& loader, const ModelConfig& c,
+                                          const ShardLayout& s, int64_t layer) {
+  const RowSegment rows{s.mlp_begin, s.mlp_width()};
+  MlpWeights w;
+  COIL_ASSIGN_OR_RETURN(w.up, loader.MatrixRows(LayerTensorName(layer, "mixer.up_proj.weight"),
+                                                {&rows, 1}, c.d_model));
+  COIL_ASSIGN_OR_RETURN(
+      w.down, loader.MatrixColumns(LayerTensorName(layer, "mixer.down_proj.weight"), c.d_model,
+                                   s.mlp_begin, s.mlp_width()));
   return w;
 }
 

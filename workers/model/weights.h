@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +31,11 @@ enum class WeightType {
   kBF16,
 };
 absl::StatusOr<WeightType> ParseWeightType(absl::string_view text);  // auto|f32|bf16
+
+// The element type the model's matrices (and a KV cache) take for `type`: kAuto reads the
+// stored type of layer 0's first matrix (bf16 for 16-bit weights, f32 for f32 ones).
+absl::StatusOr<::coil::DType> ChooseWeightDType(const checkpoint::Checkpoint& checkpoint,
+                                                const ModelConfig& config, WeightType type);
 
 // Owns the backend memory of a rank's weights.
 class WeightStore {
@@ -56,6 +62,10 @@ class WeightLoader {
   absl::StatusOr<Tensor> MatrixRows(const std::string& name,
                                     absl::Span<const checkpoint::RowSegment> segments,
                                     int64_t cols);
+  // Row segments of several matrices stacked in turn ([sum of counts, cols]): one matrix
+  // where the model computes several projections of the same input in one matmul.
+  absl::StatusOr<Tensor> StackedRows(
+      const std::vector<std::pair<std::string, checkpoint::RowSegment>>& parts, int64_t cols);
   // Columns [begin, begin + count) of every row of matrix `name` (`rows` rows).
   absl::StatusOr<Tensor> MatrixColumns(const std::string& name, int64_t rows, int64_t begin,
                                        int64_t count);
@@ -99,6 +109,23 @@ struct Mamba2Weights {
 };
 absl::StatusOr<Mamba2Weights> LoadMamba2Weights(WeightLoader& loader, const ModelConfig& config,
                                                 const ShardLayout& layout, int64_t layer);
+
+// An attention block's slices: this rank's query heads and the KV heads they read.
+struct AttentionWeights {
+  Tensor qkv;     // [(q_heads + 2 kv_heads) * head_dim, D]: q_proj's rows, k_proj's, v_proj's
+  Tensor o_proj;  // [D, q_heads * head_dim]: the columns of this rank's query heads
+};
+absl::StatusOr<AttentionWeights> LoadAttentionWeights(WeightLoader& loader,
+                                                      const ModelConfig& config,
+                                                      const ShardLayout& layout, int64_t layer);
+
+// An MLP block's slices: up_proj column-parallel, down_proj row-parallel.
+struct MlpWeights {
+  Tensor up;    // [mlp_width, D]: this rank's rows of up_proj
+  Tensor down;  // [D, mlp_width]: the matching columns of down_proj
+};
+absl::StatusOr<MlpWeights> LoadMlpWeights(WeightLoader& loader, const ModelConfig& config,
+                                          const ShardLayout& layout, int64_t layer);
 
 }  // namespace coil::model
 

@@ -47,7 +47,11 @@ inline absl::StatusOr<std::string> WriteShape(
   std::vector<model::TensorData> tensors =
       model::RandomModelTensors(*config, matrix_dtype, checkpoint::DType::kF32, 7);
   Amplify(tensors);
-  const absl::Status written = model::WriteModelDirectory(*config, tensors, {}, dir.string());
+  model::WriteOptions options;
+  if (config->format == model::ConfigFormat::kNemotronH) {
+    options.layout = checkpoint::KeyLayout::kHuggingFace;  // its only layout
+  }
+  const absl::Status written = model::WriteModelDirectory(*config, tensors, options, dir.string());
   if (!written.ok()) return written;
   return dir.string();
 }
@@ -64,7 +68,8 @@ struct LoadedModel {
 inline absl::StatusOr<std::unique_ptr<LoadedModel>> LoadOn(const std::string& dir,
                                                            std::unique_ptr<Backend> backend,
                                                            int64_t state_rows,
-                                                           model::WeightType weights) {
+                                                           model::WeightType weights,
+                                                           const RunnerOptions& run = {}) {
   auto loaded = std::make_unique<LoadedModel>();
   loaded->backend = std::move(backend);
   auto files = model::OpenModelFiles(dir);
@@ -76,7 +81,8 @@ inline absl::StatusOr<std::unique_ptr<LoadedModel>> LoadOn(const std::string& di
       model::Model::Load(loaded->files, *loaded->backend, loaded->comm, options);
   if (!model.ok()) return model.status();
   loaded->model = std::move(model).value();
-  auto runner = ModelRunner::Create(*loaded->model, *loaded->backend, loaded->comm, state_rows);
+  auto runner =
+      ModelRunner::Create(*loaded->model, *loaded->backend, loaded->comm, state_rows, run);
   if (!runner.ok()) return runner.status();
   loaded->runner = std::move(runner).value();
   return loaded;
@@ -110,6 +116,35 @@ inline StepPlan PlanOf(std::vector<ScheduledSequence> runs, uint64_t step_id) {
   return plan;
 }
 
+// KV pages for plans built by hand (the scheduler's job in a server): the sequence on state
+// row r owns pages [r * pages_per_row, (r + 1) * pages_per_row) of blocks of `block_size`
+// tokens, as many as its positions need. block_size 0: a model without attention.
+struct TestPages {
+  int32_t block_size = 0;
+  int32_t pages_per_row = 0;
+  // The runner options of a pool of `state_rows` rows' pages.
+  RunnerOptions Options(int64_t state_rows) const {
+    RunnerOptions run;
+    run.block_size = block_size > 0 ? block_size : 16;
+    run.kv_pages = static_cast<int64_t>(pages_per_row) * state_rows;
+    return run;
+  }
+};
+
+// Gives every sequence of `plan` its block table (TestPages).
+inline StepPlan WithPages(StepPlan plan, const TestPages& pages) {
+  if (pages.block_size <= 0) return plan;
+  for (ScheduledSequence& seq : plan.sequences) {
+    const int32_t positions = seq.start_position + static_cast<int32_t>(seq.token_ids.size());
+    const int32_t needed = (positions + pages.block_size - 1) / pages.block_size;
+    seq.kv_block_table.clear();
+    for (int32_t i = 0; i < needed; ++i) {
+      seq.kv_block_table.push_back(seq.state_slot * pages.pages_per_row + i);
+    }
+  }
+  return plan;
+}
+
 // One sequence's run tokens[begin, begin + count) as step `step` of request 1 on slot 0,
 // sampled with `sampling` at RNG step `rng_step`.
 inline StepPlan OneSequence(uint64_t step, const std::vector<int32_t>& tokens, int32_t begin,
@@ -119,17 +154,21 @@ inline StepPlan OneSequence(uint64_t step, const std::vector<int32_t>& tokens, i
 
 // `n` tokens from `prompt`: the prompt in one step, then a decode step per token.
 inline std::vector<int32_t> Generate(ModelRunner& runner, const std::vector<int32_t>& prompt,
-                              const SamplingParams& sampling, int n) {
+                                     const SamplingParams& sampling, int n,
+                                     const TestPages& pages = {}) {
   std::vector<int32_t> tokens = prompt, out;
   uint64_t step = 0;
-  StepResult r = runner.Execute(OneSequence(++step, tokens, 0, static_cast<int32_t>(tokens.size()), sampling, 0));
+  StepResult r = runner.Execute(WithPages(
+      OneSequence(++step, tokens, 0, static_cast<int32_t>(tokens.size()), sampling, 0), pages));
   EXPECT_TRUE(r.ok) << r.error;
   if (!r.ok) return out;
   out.push_back(r.tokens[0].token_id);
   while (static_cast<int>(out.size()) < n) {
     tokens.push_back(out.back());
-    r = runner.Execute(OneSequence(++step, tokens, static_cast<int32_t>(tokens.size()) - 1, 1, sampling,
-                                   static_cast<int32_t>(out.size())));
+    r = runner.Execute(
+        WithPages(OneSequence(++step, tokens, static_cast<int32_t>(tokens.size()) - 1, 1, sampling,
+                              static_cast<int32_t>(out.size())),
+                  pages));
     EXPECT_TRUE(r.ok) << r.error;
     if (!r.ok) break;
     out.push_back(r.tokens[0].token_id);

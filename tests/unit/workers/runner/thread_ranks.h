@@ -39,13 +39,15 @@ inline constexpr int32_t kDecodeSteps = 3;
 
 // Runs `prompt`, kDecodeSteps decode steps of fixed tokens after it, and `n` generated
 // tokens of each kind on `tp` thread ranks, each loading its shard of the model in `dir`
-// on make_backend(rank) with `load`; returns each rank's outputs. A
+// on make_backend(rank) with `load` (and KV pages as `pages` says, for a model with
+// attention); returns each rank's outputs. A
 // rank that cannot set up would leave the others waiting in a collective for ever, so
 // that ends the test program, with the reason.
 inline std::vector<RankOutputs> RunOnThreadRanks(
     const std::string& dir, int tp,
     const std::function<absl::StatusOr<std::unique_ptr<Backend>>(int rank)>& make_backend,
-    const std::vector<int32_t>& prompt, int n, const model::LoadOptions& load = {}) {
+    const std::vector<int32_t>& prompt, int n, const model::LoadOptions& load = {},
+    const TestPages& pages = {}) {
   std::vector<RankOutputs> outputs(static_cast<size_t>(tp));
   auto group = comm::MakeThreadGroup(tp);
   EXPECT_TRUE(group.ok()) << group.status();
@@ -67,28 +69,28 @@ inline std::vector<RankOutputs> RunOnThreadRanks(
       fatal(files.status());
       auto model = model::Model::Load(*files, **backend, comm, load);
       fatal(model.status());
-      auto runner = ModelRunner::Create(**model, **backend, comm, 2);
+      auto runner = ModelRunner::Create(**model, **backend, comm, 2, pages.Options(2));
       fatal(runner.status());
       auto logits = (*runner)->ExecuteAllLogits(
-          OneSequence(1, prompt, 0, static_cast<int32_t>(prompt.size()), {}, 0));
+          WithPages(OneSequence(1, prompt, 0, static_cast<int32_t>(prompt.size()), {}, 0), pages));
       EXPECT_TRUE(logits.ok()) << "rank " << rank << ": " << logits.status();
       if (logits.ok()) out.prompt_logits = std::move(logits).value();
       std::vector<int32_t> fed = prompt;
       for (int32_t i = 0; i < kDecodeSteps && logits.ok(); ++i) {
         fed.push_back(7 + 3 * i);
-        logits = (*runner)->ExecuteAllLogits(
-            OneSequence(2 + i, fed, static_cast<int32_t>(fed.size()) - 1, 1, {}, 0));
+        logits = (*runner)->ExecuteAllLogits(WithPages(
+            OneSequence(2 + i, fed, static_cast<int32_t>(fed.size()) - 1, 1, {}, 0), pages));
         EXPECT_TRUE(logits.ok()) << "rank " << rank << ": " << logits.status();
         if (logits.ok())
           out.decode_logits.insert(out.decode_logits.end(), logits->begin(), logits->end());
       }
-      out.greedy = Generate(**runner, prompt, {}, n);
+      out.greedy = Generate(**runner, prompt, {}, n, pages);
       SamplingParams sampled;
       sampled.temperature = 0.9f;
       sampled.seed = 1234;
-      out.plain = Generate(**runner, prompt, sampled, n);
+      out.plain = Generate(**runner, prompt, sampled, n, pages);
       sampled.top_p = 0.95f;
-      out.top_p = Generate(**runner, prompt, sampled, n);
+      out.top_p = Generate(**runner, prompt, sampled, n, pages);
     });
   }
   for (std::thread& thread : threads) thread.join();
