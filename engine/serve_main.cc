@@ -1,12 +1,13 @@
-// coil-serve: serves a Mamba2 model over gRPC (coil.v1.Generation, grpc.health.v1.Health,
-// server reflection) with continuous batching, tensor-parallel across the ranks mpirun
-// starts (docs/ARCHITECTURE.md §1).
+// coil-serve: serves a Mamba2 or hybrid (Nemotron-H) model over gRPC (coil.v1.Generation,
+// grpc.health.v1.Health, server reflection) with continuous batching, tensor-parallel across
+// the ranks mpirun starts (docs/ARCHITECTURE.md §1).
 //
 //   mpirun -np 2 --mca odls_base_sigkill_timeout 40 coil-serve --model DIR [--port 50051]
 //
 // Start-up on every rank: MPI session, communicator, configuration checks (before anything
-// is allocated or loaded; every rank checks, rank 0 reports), weights, state pool; a
-// failure on any rank is every rank's. Then rank 0 runs the engine loop and the gRPC server
+// is allocated or loaded; every rank checks, rank 0 reports), weights, state pool and KV
+// cache (their sizes split from --memory-budget: engine/memory_budget.h); a failure on any
+// rank is every rank's. Then rank 0 runs the engine loop and the gRPC server
 // and ranks > 0 execute the plans rank 0 broadcasts. SIGTERM or SIGINT drains rank 0 (health
 // NOT_SERVING, new requests UNAVAILABLE, in-flight requests finish within --drain-timeout)
 // and then sends the shutdown plan; ranks > 0 ignore both signals and wait for that plan,
@@ -38,16 +39,15 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "engine/engine_loop.h"
 #include "engine/chat/chat_template.h"
+#include "engine/engine_loop.h"
 #include "engine/generation_service.h"
 #include "engine/http/openai_server.h"
+#include "engine/memory_budget.h"
 #include "engine/metrics/coil_metrics.h"
 #include "engine/metrics/exporter.h"
 #include "engine/net/connection_acceptor.h"
@@ -64,6 +64,7 @@
 #include "kernels/cuda/runtime_info.h"
 #endif
 #include "workers/backend_flags.h"
+#include "workers/checkpoint/checkpoint.h"
 #include "workers/model/model.h"
 #include "workers/model/model_config.h"
 #include "workers/model/shard_layout.h"
@@ -93,11 +94,15 @@ ABSL_FLAG(int64_t, http_max_body, 8 << 20, "largest HTTP request body in bytes (
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json (default: the model's, else GPT-NeoX-20B)");
 ABSL_FLAG(int32_t, state_rows, 0,
           "recurrent-state rows, i.e. requests running at once (0: derive from --memory-budget)");
-ABSL_FLAG(int32_t, kv_pages, 0, "KV-cache pages (models with attention layers only)");
+ABSL_FLAG(int32_t, kv_pages, 0,
+          "KV-cache pages of --block-size tokens, models with attention layers only (0: derive "
+          "from --memory-budget)");
 ABSL_FLAG(int32_t, block_size, 16, "tokens per KV-cache page");
 ABSL_FLAG(std::string, memory_budget, "2GiB",
-          "memory per rank for request state (recurrent state rows and KV pages), e.g. 2GiB, "
-          "512MiB; used to derive --state-rows when it is 0");
+          "memory per rank for request state, split between recurrent-state rows and (models "
+          "with attention layers) KV pages, e.g. 2GiB, 512MiB: a row per max-model-len "
+          "request's pages, rows capped at --max-num-seqs, the rest pages; --state-rows or "
+          "--kv-pages fixes one and the rest goes to the other");
 ABSL_FLAG(int32_t, max_num_seqs, 256, "most requests running at once");
 ABSL_FLAG(int32_t, max_batched_tokens, 2048, "most tokens in one step (decodes and prefill)");
 ABSL_FLAG(int32_t, max_model_len, 4096, "most tokens of one request, prompt plus output");
@@ -214,35 +219,6 @@ class FailureHandler {
   grpc::Server* server_ = nullptr;
 };
 
-// "2GiB", "512MiB", "1.5G", "1000000": bytes.
-absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
-  std::string lower = absl::AsciiStrToLower(text);
-  struct Suffix {
-    const char* name;
-    double scale;
-  };
-  constexpr Suffix kSuffixes[] = {{"gib", 1024.0 * 1024 * 1024}, {"mib", 1024.0 * 1024},
-                                  {"kib", 1024.0},              {"gb", 1e9},
-                                  {"mb", 1e6},                  {"kb", 1e3},
-                                  {"g", 1024.0 * 1024 * 1024},  {"m", 1024.0 * 1024},
-                                  {"k", 1024.0},                {"b", 1.0}};
-  double scale = 1.0;
-  for (const Suffix& suffix : kSuffixes) {
-    const std::string s = suffix.name;
-    if (lower.size() > s.size() && lower.compare(lower.size() - s.size(), s.size(), s) == 0) {
-      scale = suffix.scale;
-      lower.resize(lower.size() - s.size());
-      break;
-    }
-  }
-  double value = 0.0;
-  if (!absl::SimpleAtod(lower, &value) || value < 0.0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--memory-budget is '", text, "'; give a size such as 2GiB, 512MiB or 1000000"));
-  }
-  return static_cast<int64_t>(value * scale);
-}
-
 int64_t PhysicalMemoryBytes() {
   return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
@@ -257,6 +233,8 @@ struct ServePlan {
   model::ModelConfig model;
   SchedulerConfig scheduler;
   int64_t state_bytes_per_sequence = 0;  // the largest over the ranks
+  int64_t kv_bytes_per_page = 0;         // the largest over the ranks; 0 without attention
+  Budgets budgets;
   BackendFlags device;
   model::LoadOptions load;
 };
@@ -276,15 +254,30 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
   }
   COIL_ASSIGN_OR_RETURN(plan.state_bytes_per_sequence,
                         model::MaxStateBytesPerSequence(plan.model, tp_size));
+  const int32_t block_size = absl::GetFlag(FLAGS_block_size);
+  if (block_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--block-size is ", block_size, "; give at least 1 token per KV page"));
+  }
+  if (plan.model.has_attention()) {
+    // K and V are kept in the matrices' element type (bf16 for 16-bit weights): the
+    // checkpoint's headers say which, before anything is loaded.
+    COIL_ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::Checkpoint> files,
+                          checkpoint::OpenCheckpointFiles(model_dir));
+    COIL_ASSIGN_OR_RETURN(const DType kv_dtype,
+                          model::ChooseWeightDType(*files, plan.model, plan.load.weight_type));
+    COIL_ASSIGN_OR_RETURN(plan.kv_bytes_per_page,
+                          model::MaxKvBytesPerPage(plan.model, tp_size, block_size, kv_dtype));
+  }
 
   SchedulerConfig& config = plan.scheduler;
   config.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   config.max_batched_tokens = absl::GetFlag(FLAGS_max_batched_tokens);
   config.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   config.max_queue = absl::GetFlag(FLAGS_max_queue);
-  config.block_size = absl::GetFlag(FLAGS_block_size);
-  config.kv_pages = absl::GetFlag(FLAGS_kv_pages);
-  config.num_attention_layers = 0;  // a pure Mamba2 model
+  config.block_size = block_size;
+  config.num_attention_layers =
+      static_cast<int32_t>(plan.model.num_layers(model::LayerKind::kAttention));
   config.ssd_chunk_size = static_cast<int32_t>(plan.model.chunk_size);
   config.prefix_cache = absl::GetFlag(FLAGS_prefix_cache) && !config.uses_kv_pages();
   config.prefix_cache_max_rows = absl::GetFlag(FLAGS_prefix_cache_rows);
@@ -295,7 +288,8 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
   }
 
   const int64_t physical = PhysicalMemoryBytes();
-  COIL_ASSIGN_OR_RETURN(const int64_t budget, ParseBytes(absl::GetFlag(FLAGS_memory_budget)));
+  COIL_ASSIGN_OR_RETURN(const int64_t budget,
+                        ParseByteSize(absl::GetFlag(FLAGS_memory_budget), "--memory-budget"));
   // With --device cuda the state lives in GPU memory: it is checked against the rank's GPU
   // once the device is open (CheckDeviceMemory), not against host memory here.
   const bool host_state = plan.device.device == BackendKind::kCpu;
@@ -304,37 +298,27 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
         "--memory-budget is ", MiB(budget), "; this machine has ", MiB(physical),
         "; lower --memory-budget"));
   }
-  const int32_t rows_flag = absl::GetFlag(FLAGS_state_rows);
-  if (rows_flag < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--state-rows is ", rows_flag,
-                                                   "; give a positive count or 0 to derive it"));
-  }
-  if (rows_flag > 0) {
-    config.state_rows = rows_flag;
-  } else {
-    const int64_t rows = budget / plan.state_bytes_per_sequence;
-    if (rows == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--memory-budget ", MiB(budget), " holds no state row (one request needs ",
-          plan.state_bytes_per_sequence, " bytes per rank); raise --memory-budget or set --state-rows"));
-    }
-    // Rows beyond --max-num-seqs could never be used at once by requests; the prefix cache
-    // keeps its snapshots in such rows (as many as the budget holds, or its cap).
-    const int64_t cache_rows = !config.prefix_cache               ? 0
-                               : config.prefix_cache_max_rows > 0 ? config.prefix_cache_max_rows
-                                                                  : rows;
-    config.state_rows =
-        static_cast<int32_t>(std::min<int64_t>(rows, int64_t{config.max_num_seqs} + cache_rows));
-  }
-  if (config.uses_kv_pages() && config.kv_pages == 0) {
-    return absl::InvalidArgumentError(
-        "the model has attention layers and needs KV pages; set --kv-pages");
-  }
-  const int64_t state_bytes = int64_t{config.state_rows + 1} * plan.state_bytes_per_sequence;
-  if (host_state && state_bytes > physical) {
+  BudgetRequest request;
+  request.budget_bytes = budget;
+  request.row_bytes = plan.state_bytes_per_sequence;
+  request.page_bytes = plan.kv_bytes_per_page;
+  request.block_size = block_size;
+  request.max_model_len = config.max_model_len;
+  request.max_num_seqs = config.max_num_seqs;
+  request.state_rows = absl::GetFlag(FLAGS_state_rows);
+  request.kv_pages = absl::GetFlag(FLAGS_kv_pages);
+  // Rows beyond --max-num-seqs could never be used at once by requests; the prefix cache
+  // keeps its snapshots in such rows (as many as the budget holds, or its cap).
+  request.spare_rows = !config.prefix_cache               ? 0
+                       : config.prefix_cache_max_rows > 0 ? config.prefix_cache_max_rows
+                                                          : INT32_MAX;
+  COIL_ASSIGN_OR_RETURN(plan.budgets, SplitMemoryBudget(request));
+  config.state_rows = plan.budgets.state_rows;
+  config.kv_pages = plan.budgets.kv_pages;
+  if (host_state && plan.budgets.bytes > physical) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--state-rows ", config.state_rows, " needs ", MiB(state_bytes), " per rank; this machine has ",
-        MiB(physical), "; lower --state-rows"));
+        plan.budgets.description, ": ", MiB(plan.budgets.bytes), " per rank; this machine has ",
+        MiB(physical), "; lower --state-rows or --kv-pages"));
   }
   COIL_RETURN_IF_ERROR(config.Validate());
   return plan;
@@ -346,7 +330,8 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
 // with the allocation's own message.
 absl::Status CheckDeviceMemory(const ServePlan& plan, int device) {
   COIL_ASSIGN_OR_RETURN(const cuda::DeviceMemory memory, cuda::QueryDeviceMemory(device));
-  COIL_ASSIGN_OR_RETURN(const int64_t budget, ParseBytes(absl::GetFlag(FLAGS_memory_budget)));
+  COIL_ASSIGN_OR_RETURN(const int64_t budget,
+                        ParseByteSize(absl::GetFlag(FLAGS_memory_budget), "--memory-budget"));
   const int64_t total = static_cast<int64_t>(memory.total_bytes);
   const int64_t free = static_cast<int64_t>(memory.free_bytes);
   if (absl::GetFlag(FLAGS_state_rows) == 0 && budget > total) {
@@ -354,13 +339,10 @@ absl::Status CheckDeviceMemory(const ServePlan& plan, int device) {
         "--memory-budget is ", MiB(budget), "; GPU ", device, " has ", MiB(total),
         "; lower --memory-budget"));
   }
-  const int64_t state_bytes =
-      int64_t{plan.scheduler.state_rows + 1} * plan.state_bytes_per_sequence;
-  if (state_bytes > free) {
+  if (plan.budgets.bytes > free) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        plan.scheduler.state_rows, " state rows need ", MiB(state_bytes), " per rank; GPU ",
-        device, " has ", MiB(free), " free of ", MiB(total),
-        "; lower --state-rows or --memory-budget"));
+        plan.budgets.description, ": ", MiB(plan.budgets.bytes), " per rank; GPU ", device, " has ",
+        MiB(free), " free of ", MiB(total), "; lower --state-rows, --kv-pages or --memory-budget"));
   }
   return absl::OkStatus();
 }
@@ -389,7 +371,7 @@ coil::v1::ModelInfo StaticInfo(const std::string& model_dir, const model::Model&
   const model::ModelConfig& m = model.config();
   coil::v1::ModelInfo info;
   info.set_model_path(model_dir);
-  info.set_architecture("mamba2");
+  info.set_architecture(m.format == model::ConfigFormat::kNemotronH ? "nemotron_h" : "mamba2");
   info.set_d_model(static_cast<int32_t>(m.d_model));
   info.set_n_layer(static_cast<int32_t>(m.n_layer));
   info.set_vocab_size(static_cast<int32_t>(m.vocab_size));
@@ -565,7 +547,8 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
   server->GetHealthCheckService()->SetServingStatus(true);
   failures.Serving(&engine, server.get());
   COIL_LOG(INFO) << "serving " << model_dir << " on " << absl::GetFlag(FLAGS_host) << ":" << port
-                 << " (TP " << runtime.size() << ", " << config.state_rows << " state rows, at most "
+                 << " (TP " << runtime.size() << ", " << config.state_rows << " state rows, "
+                 << config.kv_pages << " KV pages of " << config.block_size << " tokens, at most "
                  << max_connections << " connections)";
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string path = absl::GetFlag(FLAGS_port_file);
@@ -646,15 +629,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<ServePlan> plan = CheckConfiguration(model_dir, runtime.size());
   if (!Ready(runtime.Agree(plan.status()), "configuration", rank)) return 1;
   if (rank == 0) {
-    COIL_LOG(INFO) << "budgets: " << plan->scheduler.state_rows << " state rows x "
-                   << plan->state_bytes_per_sequence << " bytes per request per rank = "
-                   << MiB(int64_t{plan->scheduler.state_rows + 1} * plan->state_bytes_per_sequence)
-                   << " (+1 scratch row)"
-                   << (absl::GetFlag(FLAGS_state_rows) == 0
-                           ? absl::StrCat(", derived from --memory-budget ",
-                                          absl::GetFlag(FLAGS_memory_budget))
-                           : std::string(", from --state-rows"))
-                   << "; kv pages " << plan->scheduler.kv_pages << "; max_num_seqs "
+    COIL_LOG(INFO) << "budgets per rank: " << plan->budgets.description << "; max_num_seqs "
                    << plan->scheduler.max_num_seqs << ", max_batched_tokens "
                    << plan->scheduler.max_batched_tokens << ", max_model_len "
                    << plan->scheduler.max_model_len << ", max_queue " << plan->scheduler.max_queue
@@ -688,8 +663,11 @@ int Main(int argc, char** argv) {
                    static_cast<long long>(total), done == total ? "\n" : "");
     };
   }
-  const absl::Status model_loaded = runtime.LoadModel(
-      model_dir, load, plan->scheduler.state_rows, RunnerOptionsFromCommandLine());
+  RunnerOptions run = RunnerOptionsFromCommandLine();
+  run.kv_pages = plan->scheduler.kv_pages;
+  run.block_size = plan->scheduler.block_size;
+  const absl::Status model_loaded =
+      runtime.LoadModel(model_dir, load, plan->scheduler.state_rows, run);
   if (!Ready(model_loaded, "loading", rank)) {
     return 1;
   }
