@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # coil in one command: installs what is missing, builds the serving programs, writes a
-# mamba2-130m-shaped model with RANDOM weights, serves it with two tensor-parallel ranks
+# model with RANDOM weights (mamba2-130m's shape; SHAPE=nemotron-130m writes the Nemotron-H
+# hybrid of Mamba2, attention and MLP blocks instead), serves it with two tensor-parallel ranks
 # (mpirun -np 2 coil-serve), waits until the health service says SERVING, streams one
 # generation with coil-cli, prints what it measured and stops the server (SIGTERM: drain).
 #
@@ -13,13 +14,15 @@
 #   mpirun -np 2 --bind-to none --mca odls_base_sigkill_timeout 40 build/engine/coil-serve \
 #       --model /path/to/mamba2-130m --port 50051
 #
-# Usage: scripts/demo.sh [PROMPT]    (environment: PORT=50051 MAX_TOKENS=48 BUILD_DIR=build)
+# Usage: scripts/demo.sh [PROMPT]
+#   (environment: SHAPE=130m|nemotron-130m PORT=50051 MAX_TOKENS=48 BUILD_DIR=build)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 PROMPT="${1:-The state space model reads its input one token at a time and}"
 PORT="${PORT:-50051}"
 MAX_TOKENS="${MAX_TOKENS:-48}"
+SHAPE="${SHAPE:-130m}"
 BUILD_DIR="${BUILD_DIR:-build}"
 DRAIN_TIMEOUT=30
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/coil-demo-XXXXXX")"
@@ -64,9 +67,14 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log
   || { cat "$WORK/cmake.log"; exit 1; }
 ninja -C "$BUILD_DIR" coil-serve coil-cli coil-make-model
 
-step "model: mamba2-130m shape, RANDOM weights, in $WORK/mamba2-130m-random"
+case "$SHAPE" in
+  130m) MODEL="$WORK/mamba2-130m-random" ;;
+  nemotron-130m) MODEL="$WORK/nemotron-130m-random" ;;
+  *) echo "demo.sh: SHAPE is '$SHAPE'; use 130m or nemotron-130m" >&2; exit 2 ;;
+esac
+step "model: $SHAPE shape, RANDOM weights, in $MODEL"
 start=$(date +%s.%N)
-"$BUILD_DIR/tools/make_model/coil-make-model" --shape 130m --out "$WORK/mamba2-130m-random"
+"$BUILD_DIR/tools/make_model/coil-make-model" --shape "$SHAPE" --out "$MODEL"
 echo "written in $(since "$start") s"
 
 step "serve: mpirun -np 2 coil-serve on 127.0.0.1:$PORT (log: $WORK/server.log)"
@@ -74,8 +82,9 @@ mpi_flags=(-np 2 --bind-to none --mca odls_base_sigkill_timeout $((DRAIN_TIMEOUT
 if [[ "$(id -u)" == 0 ]]; then mpi_flags+=(--allow-run-as-root); fi
 if (($(nproc) < 2)); then mpi_flags+=(--oversubscribe); fi
 start=$(date +%s.%N)
-mpirun "${mpi_flags[@]}" "$BUILD_DIR/engine/coil-serve" --model "$WORK/mamba2-130m-random" \
-  --host 127.0.0.1 --port "$PORT" --state-rows 4 --max-model-len 2048 \
+# A hybrid's KV pages come from --memory-budget beside the state rows (both are printed).
+mpirun "${mpi_flags[@]}" "$BUILD_DIR/engine/coil-serve" --model "$MODEL" \
+  --host 127.0.0.1 --port "$PORT" --state-rows 4 --max-model-len 2048 --memory-budget 512MiB \
   --drain-timeout "$DRAIN_TIMEOUT" >"$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 
@@ -90,7 +99,8 @@ until "$BUILD_DIR/tools/coil-cli" --target "127.0.0.1:$PORT" --connect_timeout_m
 done
 echo "SERVING after $(since "$start") s"
 grep -E "budgets|loaded|serving" "$WORK/server.log" | sed 's/^/  server: /'
-grep -E "^(tp_size|state_rows_total|dtype|n_layer|d_model):" "$WORK/info.txt" | sed 's/^/  info: /'
+grep -E "^(architecture|tp_size|state_rows_total|kv_pages_total|dtype|n_layer|d_model):" \
+  "$WORK/info.txt" | sed 's/^/  info: /'
 
 step "generate: \"$PROMPT\" ($MAX_TOKENS tokens, greedy, streamed)"
 "$BUILD_DIR/tools/coil-cli" --target "127.0.0.1:$PORT" generate "$PROMPT" \

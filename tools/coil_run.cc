@@ -1,6 +1,7 @@
 // coil-run: the offline runner. Loads a model, runs a prompt through it with plans it
 // builds itself (prefill in chunks, then one decode step per token), and prints the
-// generated ids and text with prefill and decode speeds. Under `mpirun -np N` rank 0
+// generated ids and text with prefill and decode speeds; a hybrid model (attention layers)
+// gets KV pages for --max-model-len positions. Under `mpirun -np N` rank 0
 // drives and the other ranks execute the same plans on their shards (MPI builds only; a
 // build without MPI runs one process). With --device cuda rank r uses local GPU r and the
 // model's collectives go through NCCL; step statuses and sampling stay on the host
@@ -67,6 +68,10 @@ ABSL_FLAG(std::string, dump_logits, "",
 ABSL_FLAG(std::string, score, "",
           "report the mean negative log-likelihood and perplexity of this text (or token-id) file");
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json (default: the model's, else GPT-NeoX-20B)");
+ABSL_FLAG(int32_t, max_model_len, 4096,
+          "most tokens of the sequence, prompt plus output (or of a --score file): a model with "
+          "attention layers holds that many positions of KV pages");
+ABSL_FLAG(int32_t, block_size, 16, "tokens per KV-cache page (models with attention layers)");
 ABSL_FLAG(bool, profile_ops, false,
           "time every op of rank 0 (on CUDA by events on its stream) and print where the "
           "prefill's and the decode's time went; with --cuda-graphs the decode shows its graph "
@@ -172,11 +177,40 @@ absl::Status PrintOpTimes(Backend* profiled, const std::string& title, int steps
 }
 
 // `profiled`: rank 0's backend, timing every op, with --profile-ops (null otherwise).
+// The plans' KV pages, for a model with attention layers: the one sequence owns pages
+// 0, 1, ... of the runner's pool, as many as its positions need (block_size 0: no attention).
+StepPlan Paged(StepPlan plan, int32_t block_size) {
+  if (block_size <= 0) return plan;
+  for (ScheduledSequence& seq : plan.sequences) {
+    const int32_t positions = seq.start_position + static_cast<int32_t>(seq.token_ids.size());
+    seq.kv_block_table.resize(static_cast<size_t>((positions + block_size - 1) / block_size));
+    for (size_t i = 0; i < seq.kv_block_table.size(); ++i) {
+      seq.kv_block_table[i] = static_cast<int32_t>(i);
+    }
+  }
+  return plan;
+}
+
+// A sequence of `tokens` must fit the KV pages (models with attention layers).
+absl::Status CheckLength(size_t tokens, int32_t block_size, const char* what) {
+  const int32_t limit = absl::GetFlag(FLAGS_max_model_len);
+  if (block_size <= 0 || static_cast<int64_t>(tokens) <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, " takes ", tokens,
+                                                 " tokens; --max-model-len is ", limit,
+                                                 " (the KV pages hold that many): raise it"));
+}
+
+// `block_size`: the KV cache's page size, 0 for a model without attention layers.
 absl::Status Drive(RankRuntime& driver, const model::ModelConfig& config, const TextCodec* tok,
-                   const std::vector<int32_t>& prompt, Backend* profiled) {
+                   const std::vector<int32_t>& prompt, Backend* profiled, int32_t block_size) {
   const int32_t chunk = static_cast<int32_t>(config.chunk_size);
   const int32_t max_piece = absl::GetFlag(FLAGS_prefill_chunk);
   uint64_t step_id = 0;
+  const auto one = [&](const std::vector<int32_t>& tokens, int32_t begin, int32_t count,
+                       bool sample, const SamplingParams& sampling, int32_t rng_step) {
+    return Paged(OneSequencePlan(++step_id, tokens, begin, count, sample, sampling, rng_step),
+                 block_size);
+  };
 
   if (!absl::GetFlag(FLAGS_score).empty()) {
     std::ifstream in(absl::GetFlag(FLAGS_score), std::ios::binary);
@@ -192,12 +226,13 @@ absl::Status Drive(RankRuntime& driver, const model::ModelConfig& config, const 
       COIL_ASSIGN_OR_RETURN(ids, tok->Encode(text.str()));
     }
     if (ids.size() < 2) return absl::InvalidArgumentError("the --score file needs at least 2 tokens");
+    COIL_RETURN_IF_ERROR(CheckLength(ids.size(), block_size, "the --score file"));
     const auto start = Clock::now();
     double nll = 0.0;
     const int64_t padded = config.padded_vocab_size();
     for (auto [begin, count] : PrefillPieces(static_cast<int32_t>(ids.size()), chunk, max_piece)) {
       COIL_ASSIGN_OR_RETURN(std::vector<float> logits,
-                            driver.RunAllLogits(OneSequencePlan(++step_id, ids, begin, count, false, {}, 0)));
+                            driver.RunAllLogits(one(ids, begin, count, false, {}, 0)));
       for (int32_t i = 0; i < count; ++i) {
         const int32_t position = begin + i;
         if (position + 1 >= static_cast<int32_t>(ids.size())) break;
@@ -226,14 +261,19 @@ absl::Status Drive(RankRuntime& driver, const model::ModelConfig& config, const 
   const int32_t max_tokens = absl::GetFlag(FLAGS_max_tokens);
   double prefill_seconds = 0.0, decode_seconds = 0.0;
   if (max_tokens > 0) {
+    // The last sampled token is never fed back: prompt + max_tokens - 1 positions.
+    COIL_RETURN_IF_ERROR(CheckLength(prompt.size() + static_cast<size_t>(max_tokens) - 1,
+                                     block_size, "the prompt plus --max-tokens"));
+  }
+  if (max_tokens > 0) {
     // The profile covers the generation only (not the scoring above).
     if (profiled != nullptr) COIL_RETURN_IF_ERROR(profiled->TakeOpTimes().status());
     auto start = Clock::now();
     const auto pieces = PrefillPieces(static_cast<int32_t>(prompt.size()), chunk, max_piece);
     for (size_t p = 0; p < pieces.size(); ++p) {
       const bool last = p + 1 == pieces.size();
-      const StepResult result = driver.Run(
-          OneSequencePlan(++step_id, tokens, pieces[p].first, pieces[p].second, last, sampling, 0));
+      const StepResult result =
+          driver.Run(one(tokens, pieces[p].first, pieces[p].second, last, sampling, 0));
       if (!result.ok) return absl::InternalError(result.error);
       if (last) generated.push_back(result.tokens.at(0).token_id);
     }
@@ -245,8 +285,8 @@ absl::Status Drive(RankRuntime& driver, const model::ModelConfig& config, const 
            !(eos.has_value() && generated.back() == *eos)) {
       tokens.push_back(generated.back());
       const StepResult result =
-          driver.Run(OneSequencePlan(++step_id, tokens, static_cast<int32_t>(tokens.size()) - 1, 1,
-                                     true, sampling, static_cast<int32_t>(generated.size())));
+          driver.Run(one(tokens, static_cast<int32_t>(tokens.size()) - 1, 1, true, sampling,
+                         static_cast<int32_t>(generated.size())));
       if (!result.ok) return absl::InternalError(result.error);
       generated.push_back(result.tokens.at(0).token_id);
     }
@@ -268,11 +308,12 @@ absl::Status Drive(RankRuntime& driver, const model::ModelConfig& config, const 
   }
 
   if (!absl::GetFlag(FLAGS_dump_logits).empty()) {
+    COIL_RETURN_IF_ERROR(CheckLength(prompt.size(), block_size, "the prompt"));
     const int64_t padded = config.padded_vocab_size();
     std::vector<float> all;
     for (auto [begin, count] : PrefillPieces(static_cast<int32_t>(prompt.size()), chunk, max_piece)) {
       COIL_ASSIGN_OR_RETURN(std::vector<float> logits,
-                            driver.RunAllLogits(OneSequencePlan(++step_id, prompt, begin, count, false, {}, 0)));
+                            driver.RunAllLogits(one(prompt, begin, count, false, {}, 0)));
       all.insert(all.end(), logits.begin(), logits.end());
     }
     COIL_RETURN_IF_ERROR(WriteNpyF32(absl::GetFlag(FLAGS_dump_logits), all,
@@ -318,8 +359,18 @@ int Main(int argc, char** argv) {
   if (failed(runtime.Agree(arguments))) return 1;
   device->options.use_reference = absl::GetFlag(FLAGS_reference);
   if (failed(runtime.OpenDevice(device->device, device->options))) return 1;
-  if (failed(runtime.LoadModel(model_dir, *load, /*state_rows=*/1,
-                                   RunnerOptionsFromCommandLine()))) return 1;
+  // One sequence on state row 0; a model with attention layers gets KV pages for
+  // --max-model-len positions (a Mamba2 model none).
+  RunnerOptions run = RunnerOptionsFromCommandLine();
+  run.block_size = absl::GetFlag(FLAGS_block_size);
+  if (run.block_size < 1 || absl::GetFlag(FLAGS_max_model_len) < 1) {
+    if (rank == 0) {
+      std::fprintf(stderr, "coil-run: --block-size and --max-model-len must be at least 1\n");
+    }
+    return 1;
+  }
+  run.kv_pages = (absl::GetFlag(FLAGS_max_model_len) + run.block_size - 1) / run.block_size;
+  if (failed(runtime.LoadModel(model_dir, *load, /*state_rows=*/1, run))) return 1;
 
   // Rank 0: the tokenizer (text needs it; ids and an ids --score file do not) and the prompt.
   std::unique_ptr<TextCodec> tok;
@@ -367,10 +418,12 @@ int Main(int argc, char** argv) {
   }
   Backend* profiled = absl::GetFlag(FLAGS_profile_ops) ? &runtime.backend() : nullptr;
   if (profiled != nullptr) profiled->SetOpTiming(true);
-  const absl::Status run = Drive(runtime, config, tok.get(), prompt, profiled);
+  const int32_t block_size =
+      runtime.runner().kv_cache() != nullptr ? static_cast<int32_t>(run.block_size) : 0;
+  const absl::Status driven = Drive(runtime, config, tok.get(), prompt, profiled, block_size);
   const absl::Status shutdown = runtime.Shutdown();
-  if (!run.ok()) {
-    std::fprintf(stderr, "coil-run: %s\n", run.ToString().c_str());
+  if (!driven.ok()) {
+    std::fprintf(stderr, "coil-run: %s\n", driven.ToString().c_str());
     return 1;
   }
   if (!shutdown.ok()) {

@@ -4,13 +4,22 @@
 // tokens/s, the share of each step spent in collectives and, given the machine's memory
 // bandwidth and peak matmul rate (defaults for an H200 with --device cuda), the bound
 // beside each figure: decode reads the weights and every sequence's state once and writes
-// the state once; prefill does 2 flops per matrix weight and token. It prints figures and
-// asserts nothing.
+// the state once, and reads the K and V of every position of its context (models with
+// attention layers); prefill does 2 flops per matrix weight and token, plus attention's
+// 4 * head_dim flops per query head and pair of positions. It prints figures and asserts
+// nothing.
+//
+// Decode runs after an 8-token prefill of each sequence, or, with --contexts, at each of
+// the contexts given: every sequence then starts at that position on state rows and KV
+// pages nobody wrote (a step's cost does not depend on their values), so that a 4096-token
+// context needs no 4096-token prefill per sequence.
 //
 //   model_bench --model DIR [--device cpu|cuda] [--threads T] [--batches 1,8,32]
-//               [--decode-steps 32] [--prefill 512] [--prefill-seqs 1]
-//               [--weights auto|f32|bf16] [--bandwidth-gbs G] [--peak-tflops T]
-// Without --model it writes the 130m shape (bf16, random) to a temporary directory.
+//               [--contexts 512,4096] [--decode-steps 32] [--prefill 512,4096]
+//               [--prefill-seqs 1] [--block-size 16] [--weights auto|f32|bf16]
+//               [--bandwidth-gbs G] [--peak-tflops T]
+// Without --model it writes --shape (default 130m; nemotron-130m for the hybrid), bf16
+// random weights, to a temporary directory.
 // Builds without MPI; on the GPU machine: model_bench --device cuda --batches 1,8,64,256
 // --prefill 2048 --prefill-seqs 8.
 #include <unistd.h>
@@ -43,10 +52,17 @@
 // --device, --threads, --cuda-pdl, --cuda-matmul-rows, --weights, --cuda-graphs and
 // --fused-mixer are shared with the other programs that run the model
 // (workers/backend_flags.h, workers/model_flags.h).
-ABSL_FLAG(std::string, model, "", "model directory (default: a random 130m-shape model)");
+ABSL_FLAG(std::string, model, "", "model directory (default: a random model of --shape)");
+ABSL_FLAG(std::string, shape, "130m",
+          "the shape written when no --model is given: 130m, nemotron-130m, tiny or "
+          "nemotron-tiny");
 ABSL_FLAG(std::string, batches, "1,8,32", "decode batch sizes");
+ABSL_FLAG(std::string, contexts, "",
+          "decode at each of these context lengths (e.g. 512,4096), every sequence starting "
+          "there; empty: after an 8-token prefill");
 ABSL_FLAG(int32_t, decode_steps, 32, "timed decode steps per batch size");
-ABSL_FLAG(int32_t, prefill, 512, "prefill prompt length");
+ABSL_FLAG(std::string, prefill, "512", "prefill prompt lengths, comma-separated (0: none)");
+ABSL_FLAG(int32_t, block_size, 16, "tokens per KV-cache page (models with attention layers)");
 ABSL_FLAG(int32_t, prefill_seqs, 1, "prompts of --prefill tokens in the prefill step");
 ABSL_FLAG(double, bandwidth_gbs, -1,
           "memory bandwidth for the decode bound, GB/s (-1: 4800 with cuda, none on the cpu)");
@@ -113,12 +129,23 @@ int Main(int argc, char** argv) {
     char path[256] = {};
     absl::Status written = absl::OkStatus();
     if (rank == 0) {
-      dir = (std::filesystem::temp_directory_path() / absl::StrCat("coil_bench_130m_", ::getpid())).string();
-      auto config = *model::NamedModelShape("130m");
+      const std::string shape = absl::GetFlag(FLAGS_shape);
+      dir = (std::filesystem::temp_directory_path() /
+             absl::StrCat("coil_bench_", shape, "_", ::getpid()))
+                .string();
+      absl::StatusOr<model::ModelConfig> config = model::NamedModelShape(shape);
       const checkpoint::DType dtype =
           absl::GetFlag(FLAGS_dtype) == "f32" ? checkpoint::DType::kF32 : checkpoint::DType::kBF16;
-      written = model::WriteModelDirectory(
-          config, model::RandomModelTensors(config, dtype, checkpoint::DType::kF32, 1), model::WriteOptions{}, dir);
+      model::WriteOptions options;
+      if (config.ok() && config->format == model::ConfigFormat::kNemotronH) {
+        options.layout = checkpoint::KeyLayout::kHuggingFace;
+      }
+      written =
+          config.ok()
+              ? model::WriteModelDirectory(
+                    *config, model::RandomModelTensors(*config, dtype, checkpoint::DType::kF32, 1),
+                    options, dir)
+              : config.status();
       std::snprintf(path, sizeof(path), "%s", dir.c_str());
     }
     const absl::Status agreed = runtime.Agree(written);
@@ -134,12 +161,41 @@ int Main(int argc, char** argv) {
   if (batches.empty()) return fail(absl::InvalidArgumentError("--batches lists no positive batch size"));
   const int32_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int32_t prefill_seqs = std::max(1, absl::GetFlag(FLAGS_prefill_seqs));
+  // The decode contexts (kAfterPrefill: the 8-token prefill) and the prefill lengths.
+  constexpr int32_t kAfterPrefill = -1;
+  std::vector<int32_t> contexts, prompts_lengths;
+  for (absl::string_view c :
+       absl::StrSplit(absl::GetFlag(FLAGS_contexts), ',', absl::SkipEmpty())) {
+    int32_t value = 0;
+    if (!absl::SimpleAtoi(c, &value) || value < 1) {
+      return fail(
+          absl::InvalidArgumentError(absl::StrCat("--contexts: '", c, "' is not a length")));
+    }
+    contexts.push_back(value);
+  }
+  if (contexts.empty()) contexts.push_back(kAfterPrefill);
+  for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_prefill), ',', absl::SkipEmpty())) {
+    int32_t value = 0;
+    if (!absl::SimpleAtoi(c, &value) || value < 0) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("--prefill: '", c, "' is not a length")));
+    }
+    if (value > 0) prompts_lengths.push_back(value);
+  }
+  // KV pages for the longest sequence the runs reach, on every state row (models with
+  // attention layers; a Mamba2 model takes none).
+  const int32_t block_size = absl::GetFlag(FLAGS_block_size);
+  const int32_t decode_steps = absl::GetFlag(FLAGS_decode_steps);
+  int32_t longest = 8 + decode_steps + 3;  // the prefill, warm-up, timed and profiled steps
+  for (int32_t context : contexts) longest = std::max(longest, context + 2 * decode_steps + 3);
+  for (int32_t length : prompts_lengths) longest = std::max(longest, length);
+  const int32_t pages_per_row = block_size > 0 ? (longest + block_size - 1) / block_size : 0;
+  const int32_t rows = std::max(max_batch, prefill_seqs);
+  RunnerOptions run_options = RunnerOptionsFromCommandLine();
+  run_options.block_size = block_size;
+  run_options.kv_pages = int64_t{pages_per_row} * rows;
 
   absl::Status started = runtime.OpenDevice(device->device, device->options);
-  if (started.ok()) {
-    started = runtime.LoadModel(dir, *load, std::max(max_batch, prefill_seqs),
-                                RunnerOptionsFromCommandLine());
-  }
+  if (started.ok()) started = runtime.LoadModel(dir, *load, rows, run_options);
   if (!started.ok()) {
     if (rank == 0) fail(started);
     return 1;
@@ -152,9 +208,29 @@ int Main(int argc, char** argv) {
   const double weight_bytes = static_cast<double>(m->weight_bytes());
   const double state_bytes =
       static_cast<double>(runner->state_pool().shape().bytes_per_sequence());
-  // Matrix weights dominate the parameters: 2 flops per weight and token.
+  const KvCache* kv_cache = runner->kv_cache();
+  const double kv_bytes_per_token =
+      kv_cache != nullptr ? static_cast<double>(kv_cache->shape().bytes_per_token()) : 0.0;
+  // Matrix weights dominate the parameters: 2 flops per weight and token; attention adds
+  // q.k and p.v, 2 * 2 * head_dim flops per query head and pair of positions (causal: a
+  // prompt of L tokens has L (L + 1) / 2 pairs).
   const double flops_per_token = 2.0 * weight_bytes / DTypeSize(m->weight_dtype());
   const auto& config = m->config();
+  const double attention_flops_per_pair =
+      4.0 * static_cast<double>(config.num_layers(model::LayerKind::kAttention) *
+                                m->layout().q_heads() * m->layout().attention_head_dim);
+  // Sequence s owns pages [s * pages_per_row, ...) (the scheduler's job in a server).
+  const auto paged = [&](std::vector<ScheduledSequence> seqs) {
+    if (kv_cache == nullptr) return seqs;
+    for (ScheduledSequence& seq : seqs) {
+      const int32_t positions = seq.start_position + static_cast<int32_t>(seq.token_ids.size());
+      seq.kv_block_table.clear();
+      for (int32_t i = 0; i < (positions + block_size - 1) / block_size; ++i) {
+        seq.kv_block_table.push_back(seq.state_slot * pages_per_row + i);
+      }
+    }
+    return seqs;
+  };
   const int threads = device->device == BackendKind::kCpu
                           ? ChooseThreads(device->options.threads, runtime.size())
                           : 0;
@@ -179,7 +255,7 @@ int Main(int argc, char** argv) {
     StepPlan plan;
     plan.step_id = ++step;
     plan.num_decodes = decodes;
-    plan.sequences = std::move(seqs);
+    plan.sequences = paged(std::move(seqs));
     StepResult result = runner->Execute(plan);
     if (!result.ok) {
       std::fprintf(stderr, "step failed: %s\n", result.error.c_str());
@@ -192,58 +268,78 @@ int Main(int argc, char** argv) {
                 dir.c_str(), static_cast<long long>(config.n_layer), static_cast<long long>(config.d_model),
                 DTypeName(m->weight_dtype()), runtime.size(), backend->Name().c_str(),
                 threads, m->weight_bytes() >> 20);
+    if (kv_cache != nullptr) {
+      std::printf("KV cache: %lld pages of %d tokens, %.0f bytes per token of context\n",
+                  static_cast<long long>(kv_cache->pages()), block_size, kv_bytes_per_token);
+    }
     if (bandwidth > 0 || peak > 0) {
-      std::printf("bounds: %.0f GB/s (decode: weights + state read and written once per sequence), "
-                  "%g TFLOP/s (prefill: 2 flops per weight and token)\n",
-                  bandwidth / 1e9, peak / 1e12);
+      std::printf(
+          "bounds: %.0f GB/s (decode: weights + state read and written once per sequence, "
+          "+ K/V of the context), %g TFLOP/s (prefill: 2 flops per weight and token, + "
+          "attention's)\n",
+          bandwidth / 1e9, peak / 1e12);
     }
-    std::printf("| phase | batch | tokens/s | ms/step | comm share | bound ms/step | of bound | graph nodes |\n"
-                "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::printf(
+        "| phase | batch | context | tokens/s | ms/step | comm share | bound ms/step | of bound | "
+        "graph nodes |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
-  for (int32_t batch : batches) {
-    std::vector<ScheduledSequence> prefill;
-    // Prompts differ in their first token, kept inside the vocabulary of any model shape.
-    const int32_t distinct = static_cast<int32_t>(std::max<int64_t>(1, config.vocab_size - 1));
-    for (int32_t s = 0; s < batch; ++s) {
-      prefill.push_back(Seq(s, s, {1 + s % distinct, 2, 3, 4, 5, 6, 7, 8}, 0));
-    }
-    run(prefill, 0);
-    std::vector<int32_t> last(static_cast<size_t>(batch), 9);
-    int32_t position = 8;
-    auto decode_step = [&]() {
-      std::vector<ScheduledSequence> seqs;
-      for (int32_t s = 0; s < batch; ++s) seqs.push_back(Seq(s, s, {last[s]}, position));
-      StepResult r = run(seqs, batch);
-      for (int32_t s = 0; s < batch; ++s) last[s] = r.tokens[s].token_id;
-      ++position;
-    };
-    for (int w = 0; w < 2; ++w) decode_step();
-    const int steps = absl::GetFlag(FLAGS_decode_steps);
-    const double comm_before = m->comm_seconds();
-    const auto start = Clock::now();
-    for (int i = 0; i < steps; ++i) decode_step();
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const double comm_share = (m->comm_seconds() - comm_before) / seconds;
-    if (rank == 0) {
-      const double per_step = seconds / steps;
-      const double bound = bandwidth > 0 ? (weight_bytes + 2.0 * state_bytes * batch) / bandwidth : 0;
-      // A decode step's launches, when it replays a graph (CUDA): what its overhead scales with.
-      const int64_t nodes = runner->decode_graphs().nodes(batch);
-      std::printf("| decode | %d | %.1f | %.4f | %.1f%% | %s | %s | %s |\n", batch,
-                  batch * steps / seconds, per_step * 1e3, comm_share * 100,
-                  BoundCell(bound * 1e3).c_str(), ShareCell(bound, per_step).c_str(),
-                  nodes > 0 ? absl::StrCat(nodes).c_str() : "-");
-    }
-    if (profile) {
-      // The same steps op by op: a graph replay would hide its ops.
-      runner->decode_graphs().set_enabled(false);
-      decode_step();  // warm the eager path
-      profiled(absl::StrCat("decode, batch ", batch, ", op by op"), steps, decode_step);
-      runner->decode_graphs().set_enabled(RunnerOptionsFromCommandLine().cuda_graphs);
+  for (int32_t context : contexts) {
+    for (int32_t batch : batches) {
+      // Prompts differ in their first token, kept inside the vocabulary of any model shape.
+      const int32_t distinct = static_cast<int32_t>(std::max<int64_t>(1, config.vocab_size - 1));
+      int32_t position = context;
+      if (context == kAfterPrefill) {
+        std::vector<ScheduledSequence> prefill;
+        for (int32_t s = 0; s < batch; ++s) {
+          prefill.push_back(Seq(s, s, {1 + s % distinct, 2, 3, 4, 5, 6, 7, 8}, 0));
+        }
+        run(prefill, 0);
+        position = 8;
+      }
+      std::vector<int32_t> last(static_cast<size_t>(batch), 9);
+      const int32_t context_shown = position;
+      auto decode_step = [&]() {
+        std::vector<ScheduledSequence> seqs;
+        for (int32_t s = 0; s < batch; ++s) seqs.push_back(Seq(s, s, {last[s]}, position));
+        StepResult r = run(seqs, batch);
+        for (int32_t s = 0; s < batch; ++s) last[s] = r.tokens[s].token_id;
+        ++position;
+      };
+      for (int w = 0; w < 2; ++w) decode_step();
+      const int steps = decode_steps;
+      const double comm_before = m->comm_seconds();
+      const auto start = Clock::now();
+      for (int i = 0; i < steps; ++i) decode_step();
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      const double comm_share = (m->comm_seconds() - comm_before) / seconds;
+      if (rank == 0) {
+        const double per_step = seconds / steps;
+        // The timed steps' mean context: they run from context_shown + 2 on.
+        const double mean_context = context_shown + 2 + (steps - 1) / 2.0;
+        const double bound =
+            bandwidth > 0
+                ? (weight_bytes + batch * (2.0 * state_bytes + mean_context * kv_bytes_per_token)) /
+                      bandwidth
+                : 0;
+        // A decode step's launches, when it replays a graph (CUDA): what its overhead scales with.
+        const int64_t nodes = runner->decode_graphs().nodes(batch);
+        std::printf("| decode | %d | %d | %.1f | %.4f | %.1f%% | %s | %s | %s |\n", batch,
+                    context_shown, batch * steps / seconds, per_step * 1e3, comm_share * 100,
+                    BoundCell(bound * 1e3).c_str(), ShareCell(bound, per_step).c_str(),
+                    nodes > 0 ? absl::StrCat(nodes).c_str() : "-");
+      }
+      if (profile) {
+        // The same steps op by op: a graph replay would hide its ops.
+        runner->decode_graphs().set_enabled(false);
+        decode_step();  // warm the eager path
+        profiled(absl::StrCat("decode, batch ", batch, ", context ", context_shown, ", op by op"),
+                 steps, decode_step);
+        runner->decode_graphs().set_enabled(RunnerOptionsFromCommandLine().cuda_graphs);
+      }
     }
   }
-  const int32_t prompt = absl::GetFlag(FLAGS_prefill);
-  if (prompt > 0) {
+  for (const int32_t prompt : prompts_lengths) {
     std::vector<ScheduledSequence> prompts;
     for (int32_t s = 0; s < prefill_seqs; ++s) {
       std::vector<int32_t> tokens(static_cast<size_t>(prompt));
@@ -263,9 +359,11 @@ int Main(int argc, char** argv) {
     }
     if (rank == 0) {
       const double tokens = static_cast<double>(prompt) * prefill_seqs;
-      const double bound = peak > 0 ? tokens * flops_per_token / peak : 0;
-      std::printf("| prefill | %d x %d | %.1f | %.4f | %.1f%% | %s | %s | - |\n", prefill_seqs, prompt,
-                  tokens / best, best * 1e3, comm_at_best / best * 100,
+      const double pairs = static_cast<double>(prompt) * (prompt + 1) / 2.0 * prefill_seqs;
+      const double bound =
+          peak > 0 ? (tokens * flops_per_token + pairs * attention_flops_per_pair) / peak : 0;
+      std::printf("| prefill | %d x %d | 0 | %.1f | %.4f | %.1f%% | %s | %s | - |\n", prefill_seqs,
+                  prompt, tokens / best, best * 1e3, comm_at_best / best * 100,
                   BoundCell(bound * 1e3).c_str(), ShareCell(bound, best).c_str());
     }
     if (profile) {

@@ -10,7 +10,8 @@
 #   OUT/*.png                     throughput against concurrency, latency percentiles,
 #                                 TTFT CDF, rate sweep (gnuplot; installed if missing)
 #
-#   tools/loadgen/compare_tp.sh [--build build] [--out DIR] [--shape tiny|130m] [--dtype bf16]
+#   tools/loadgen/compare_tp.sh [--build build] [--out DIR]
+#       [--shape tiny|130m|nemotron-tiny|nemotron-130m] [--dtype bf16]
 #       [--model DIR] [--duration 30] [--concurrency "1 8 32"] [--rates auto|"0.5 1 2"]
 #       [--prompt-tokens 128] [--output-tokens 128] [--warmup 2] [--threads 2] [--drain 60]
 #       [--server-flags "--state-rows 40"] [--no-install] [--check]
@@ -143,7 +144,13 @@ start_server() {
     --threads "$threads" --drain_timeout 60 --metrics_port 0 $SERVER_FLAGS > "$OUT/tp$tp-serve.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 1200); do
-    [[ -s "$port_file" ]] && { PORT=$(head -n 1 "$port_file"); return 0; }  # line 1: the gRPC port
+    # Written whole (renamed into place). Line 1: the gRPC port; line 2: the metrics port
+    # (coil-loadgen reads the preemption counter there).
+    if [[ -s "$port_file" ]]; then
+      PORT=$(sed -n 1p "$port_file")
+      METRICS_PORT=$(sed -n 2p "$port_file")
+      return 0
+    fi
     kill -0 "$SERVER_PID" 2> /dev/null || break
     sleep 0.1
   done
@@ -159,6 +166,7 @@ run_scenario() {
   echo "== TP$tp $name"
   "$LOADGEN" --target "127.0.0.1:$PORT" --label "TP$tp" --prompt-tokens "$PROMPT_TOKENS" \
     --output-tokens "$OUTPUT_TOKENS" --warmup "$WARMUP_NOW" --duration "$DURATION" --drain "$DRAIN" \
+    --metrics "127.0.0.1:$METRICS_PORT" \
     --out "$OUT/tp${tp}_$name.json" --summary-tsv "$OUT/summary.tsv" \
     --ttft-cdf "$OUT/tp${tp}_$name.ttft" "$@" | tee "$OUT/tp${tp}_$name.txt"
   WARMUP_NOW=0
@@ -195,12 +203,12 @@ TSV="$OUT/summary.tsv"
 {
   echo "Model: \`$SHAPE\` shape, $DTYPE random weights; prompts $PROMPT_TOKENS tokens, $OUTPUT_TOKENS output tokens (ignore_eos); $DURATION s per scenario; TP1 = 1 rank x $THREADS threads, TP2 = 2 ranks x $(( THREADS / 2 > 0 ? THREADS / 2 : 1 )) thread(s)."
   echo
-  echo "| TP | load | sent | errors | req/s | output tok/s | total tok/s | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 / p99 (ms) | E2E p50 / p90 / p99 (ms) |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| TP | load | sent | errors | req/s | output tok/s | total tok/s | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 / p99 (ms) | E2E p50 / p90 / p99 (ms) | preemptions |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   awk -F'\t' 'NR > 1 {
     load = ($2 == "closed") ? sprintf("concurrency %d", $3) : sprintf("rate %g/s", $4)
-    printf "| %s | %s | %d | %d | %.2f | %.1f | %.1f | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f | %.0f / %.0f / %.0f |\n",
-      $1, load, $5, $7, $9, $10, $11, $12, $13, $14, $16, $17, $18, $20, $21, $22 }' "$TSV"
+    printf "| %s | %s | %d | %d | %.2f | %.1f | %.1f | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f | %.0f / %.0f / %.0f | %s |\n",
+      $1, load, $5, $7, $9, $10, $11, $12, $13, $14, $16, $17, $18, $20, $21, $22, ($27 == "" || $27 < 0 ? "-" : $27) }' "$TSV"
   echo
   echo "| load | TP1 output tok/s | TP2 output tok/s | TP2 / TP1 | TP1 E2E p50 (ms) | TP2 E2E p50 (ms) |"
   echo "|---|---:|---:|---:|---:|---:|"

@@ -7,7 +7,11 @@
 //                [--prompt-tokens 128 | 64-256 | 128,32] [--prompt-source text|ids]
 //                [--prompts FILE.jsonl] [--output-tokens 128] [--natural] [--warmup N]
 //                [--shared-prefixes N --shared-prefix-tokens 1024-4096 [--cache-prefix]]
-//                [--out FILE.json] [--summary-tsv FILE] [--label NAME]
+//                [--out FILE.json] [--summary-tsv FILE] [--label NAME] [--metrics HOST:PORT]
+//
+// With --metrics (the server's Prometheus endpoint) the report also counts the requests the
+// server preempted during the measured phase (coil_preemptions_total before and after): a
+// hybrid model's KV pages running out.
 //
 // With --shared-prefixes, each request is one of N fixed "system prompts" (drawn once, with
 // lengths from --shared-prefix-tokens) followed by a question of its own (--prompt-tokens):
@@ -41,11 +45,15 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/command_line.h"
 #include "common/status_macros.h"
 #include "engine/client/client.h"
+#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "tools/loadgen/generation_api.h"
 #include "tools/loadgen/load_stats.h"
@@ -90,6 +98,9 @@ ABSL_FLAG(std::string, summary_tsv, "", "append one summary row to this TSV file
 ABSL_FLAG(std::string, ttft_cdf, "", "write the TTFT CDF (ms, fraction) to this file");
 ABSL_FLAG(std::string, label, "", "name of this run in the TSV row and the JSON");
 ABSL_FLAG(int32_t, connect_timeout_ms, 10000, "how long to wait for the server");
+ABSL_FLAG(std::string, metrics, "",
+          "HOST:PORT of coil-serve's Prometheus endpoint: also report the requests it preempted "
+          "during the run (empty: not reported)");
 
 namespace coil::load {
 namespace {
@@ -457,6 +468,31 @@ absl::Status CheckOptions(const Options& o) {
   return absl::OkStatus();
 }
 
+// The value of counter `name` on the Prometheus page at http://`hostport`/metrics.
+absl::StatusOr<double> ReadCounter(const std::string& hostport, const std::string& name) {
+  const size_t colon = hostport.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(hostport.substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics is \"", hostport, "\"; give HOST:PORT of the metrics endpoint"));
+  }
+  httplib::Client http(hostport.substr(0, colon), port);
+  http.set_connection_timeout(5);
+  const httplib::Result got = http.Get("/metrics");
+  if (!got || got->status != 200) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot read http://", hostport, "/metrics",
+                     got ? absl::StrCat(" (HTTP ", got->status, ")") : std::string()));
+  }
+  const std::string prefix = name + " ";
+  for (absl::string_view line : absl::StrSplit(got->body, '\n')) {
+    if (!absl::StartsWith(line, prefix)) continue;
+    double value = 0;
+    if (absl::SimpleAtod(line.substr(prefix.size()), &value)) return value;
+  }
+  return absl::NotFoundError(absl::StrCat(name, " is not on http://", hostport, "/metrics"));
+}
+
 nlohmann::json ServerJson(const coil::v1::ModelInfo& info) {
   return {{"architecture", info.architecture()},
           {"d_model", info.d_model()},
@@ -468,7 +504,10 @@ nlohmann::json ServerJson(const coil::v1::ModelInfo& info) {
           {"max_model_len", info.max_model_len()},
           {"state_rows", info.state_rows_total()},
           {"prefix_cache", info.prefix_cache()},
-          {"prefix_cache_max_rows", info.prefix_cache_max_rows()}};
+          {"prefix_cache_max_rows", info.prefix_cache_max_rows()},
+          {"kv_pages", info.kv_pages_total()},
+          {"block_size", info.block_size()},
+          {"num_attention_layers", info.num_attention_layers()}};
 }
 
 absl::Status WriteFile(const std::string& path, const std::string& text, bool append) {
@@ -480,8 +519,9 @@ absl::Status WriteFile(const std::string& path, const std::string& text, bool ap
 }
 
 // One row of --summary-tsv (latencies in ms), with a header when the file is new or empty.
+// `preemptions`: during the run, or -1 when not measured (no --metrics).
 std::string SummaryRow(const std::string& path, const std::string& label, const Options& o,
-                       const LoadReport& r) {
+                       const LoadReport& r, int64_t preemptions) {
   std::string text;
   std::ifstream existing(path);
   if (!existing || existing.peek() == std::ifstream::traits_type::eof()) {
@@ -489,7 +529,7 @@ std::string SummaryRow(const std::string& path, const std::string& label, const 
         "label\tmode\tconcurrency\trate\tsent\tcompleted\terrors\tduration_s\treq_per_s\t"
         "out_tok_per_s\ttotal_tok_per_s\tttft_p50\tttft_p90\tttft_p99\tttft_max\titl_p50\t"
         "itl_p90\titl_p99\titl_max\te2e_p50\te2e_p90\te2e_p99\te2e_max\tprompt_tokens\t"
-        "cache_hit_requests\tcached_prompt_tokens\n";
+        "cache_hit_requests\tcached_prompt_tokens\tpreemptions\n";
   }
   absl::StrAppendFormat(&text, "%s\t%s\t%d\t%.3f\t%d\t%d\t%d\t%.3f\t%.4f\t%.2f\t%.2f", label,
                         o.concurrency > 0 ? "closed" : "open", o.concurrency, o.rate, r.sent,
@@ -499,8 +539,8 @@ std::string SummaryRow(const std::string& path, const std::string& label, const 
     absl::StrAppendFormat(&text, "\t%.3f\t%.3f\t%.3f\t%.3f", d->p50 * 1e3, d->p90 * 1e3,
                           d->p99 * 1e3, d->max * 1e3);
   }
-  absl::StrAppendFormat(&text, "\t%d\t%d\t%d\n", r.prompt_tokens, r.cache_hits,
-                        r.cached_prompt_tokens);
+  absl::StrAppendFormat(&text, "\t%d\t%d\t%d\t%d\n", r.prompt_tokens, r.cache_hits,
+                        r.cached_prompt_tokens, preemptions);
   return text;
 }
 
@@ -624,8 +664,18 @@ absl::Status Run() {
                  static_cast<long long>(report.sent), static_cast<long long>(report.errors()));
   }
 
+  const std::string metrics = absl::GetFlag(FLAGS_metrics);
+  double preempted_before = 0;
+  if (!metrics.empty()) {
+    COIL_ASSIGN_OR_RETURN(preempted_before, ReadCounter(metrics, "coil_preemptions_total"));
+  }
   const PhaseResult measured = RunPhase(options, *api, factory, seed, progress);
   const LoadReport report = BuildReport(measured.records, measured.seconds);
+  int64_t preemptions = -1;
+  if (!metrics.empty()) {
+    COIL_ASSIGN_OR_RETURN(const double after, ReadCounter(metrics, "coil_preemptions_total"));
+    preemptions = static_cast<int64_t>(after - preempted_before);
+  }
 
   const std::string label = absl::GetFlag(FLAGS_label);
   const nlohmann::json config = {
@@ -648,13 +698,15 @@ absl::Status Run() {
       {"natural", options.natural},
       {"warmup", absl::GetFlag(FLAGS_warmup)},
       {"seed", seed}};
-  const nlohmann::json result =
+  nlohmann::json result =
       ReportToJson(report, config, ServerJson(info), absl::GetFlag(FLAGS_samples));
+  if (preemptions >= 0) result["preemptions"] = preemptions;
   if (const std::string out = absl::GetFlag(FLAGS_out); !out.empty()) {
     COIL_RETURN_IF_ERROR(WriteFile(out, result.dump(2) + "\n", false));
   }
   if (const std::string tsv = absl::GetFlag(FLAGS_summary_tsv); !tsv.empty()) {
-    COIL_RETURN_IF_ERROR(WriteFile(tsv, SummaryRow(tsv, label, options, report), true));
+    COIL_RETURN_IF_ERROR(
+        WriteFile(tsv, SummaryRow(tsv, label, options, report, preemptions), true));
   }
   if (const std::string cdf = absl::GetFlag(FLAGS_ttft_cdf); !cdf.empty()) {
     std::string text;
@@ -673,6 +725,10 @@ absl::Status Run() {
               api_name == "openai" ? absl::GetFlag(FLAGS_http_target).c_str() : target.c_str(),
               api_name == "openai" ? "the OpenAI API" : "gRPC", info.tp_size(),
               FormatTable(report).c_str());
+  if (preemptions >= 0) {
+    std::printf("preemptions  %lld (KV pages: %d of %d tokens)\n",
+                static_cast<long long>(preemptions), info.kv_pages_total(), info.block_size());
+  }
   return absl::OkStatus();
 }
 
