@@ -1,6 +1,7 @@
 #include "scheduler/prefix_cache.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "common/logging.h"
 
@@ -49,7 +50,7 @@ PrefixCache::Match PrefixCache::Find(absl::Span<const int32_t> tokens, int32_t m
     const uint64_t key = ChunkKey(parent, tokens, k);
     const Node* node = Verified(key, parent, tokens, k);
     if (node == nullptr) break;
-    if (node->row.held()) best = {(k + 1) * chunk_size_, node->row.slot(), key};
+    if (node->row.held()) best = {(k + 1) * chunk_size_, node->row.slot(), key, &node->pages};
     parent = key;
   }
   return best;
@@ -70,9 +71,9 @@ void PrefixCache::Touch(const Match& match) {
   lru_.insert({node.last_use, match.key});
 }
 
-std::optional<StateRow> PrefixCache::Insert(absl::Span<const int32_t> tokens, int32_t length,
-                                            StateRow row) {
-  COIL_CHECK(row.held() && length > 0 && length % chunk_size_ == 0 &&
+std::optional<Snapshot> PrefixCache::Insert(absl::Span<const int32_t> tokens, int32_t length,
+                                            Snapshot snapshot) {
+  COIL_CHECK(snapshot.row.held() && length > 0 && length % chunk_size_ == 0 &&
              length <= static_cast<int32_t>(tokens.size()))
       << "snapshot of " << length << " tokens";
   const int32_t chunks = length / chunk_size_;
@@ -85,7 +86,7 @@ std::optional<StateRow> PrefixCache::Insert(absl::Span<const int32_t> tokens, in
   for (; k < chunks; ++k) {
     const uint64_t key = ChunkKey(parent, tokens, k);
     if (Verified(key, parent, tokens, k) == nullptr) {
-      if (nodes_.contains(key)) return row;
+      if (nodes_.contains(key)) return snapshot;
       break;
     }
     keys.push_back(key);
@@ -95,12 +96,12 @@ std::optional<StateRow> PrefixCache::Insert(absl::Span<const int32_t> tokens, in
   for (; k < chunks; ++k) {
     const uint64_t key = ChunkKey(parent, tokens, k);
     if (nodes_.contains(key) || std::find(keys.begin(), keys.end(), key) != keys.end()) {
-      return row;
+      return snapshot;
     }
     keys.push_back(key);
     parent = key;
   }
-  if (existing == chunks && nodes_.at(keys.back()).row.held()) return row;
+  if (existing == chunks && nodes_.at(keys.back()).row.held()) return snapshot;
   for (k = existing; k < chunks; ++k) {
     const uint64_t up = k == 0 ? kRoot : keys[k - 1];
     Node& node = nodes_[keys[k]];
@@ -110,19 +111,23 @@ std::optional<StateRow> PrefixCache::Insert(absl::Span<const int32_t> tokens, in
     if (up != kRoot) ++nodes_.at(up).children;
   }
   Node& node = nodes_.at(keys.back());
-  node.row = row;
+  node.row = snapshot.row;
+  node.pages = std::move(snapshot.pages);
   node.last_use = ++clock_;
   lru_.insert({node.last_use, keys.back()});
   return std::nullopt;
 }
 
-std::optional<StateRow> PrefixCache::EvictLeastRecent() {
-  if (lru_.empty()) return std::nullopt;
-  uint64_t key = lru_.begin()->second;
-  lru_.erase(lru_.begin());
+std::optional<Snapshot> PrefixCache::EvictLeastRecent(uint64_t keep) {
+  auto oldest = lru_.begin();
+  if (oldest != lru_.end() && keep != 0 && oldest->second == keep) ++oldest;
+  if (oldest == lru_.end()) return std::nullopt;
+  const uint64_t key = oldest->second;
+  lru_.erase(oldest);
   auto it = nodes_.find(key);
-  const StateRow row = it->second.row;
+  Snapshot snapshot{it->second.row, std::move(it->second.pages)};
   it->second.row = StateRow();
+  it->second.pages = KvBlocks();
   // Prune the chain up to the first node that still holds a snapshot or another child.
   while (it != nodes_.end() && !it->second.row.held() && it->second.children == 0) {
     const uint64_t parent = it->second.parent;
@@ -132,7 +137,7 @@ std::optional<StateRow> PrefixCache::EvictLeastRecent() {
     COIL_CHECK(it != nodes_.end()) << "a prefix node outlived its parent";
     --it->second.children;
   }
-  return row;
+  return snapshot;
 }
 
 }  // namespace coil

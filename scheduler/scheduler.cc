@@ -19,7 +19,8 @@ Scheduler::Scheduler(ValidatedTag, const SchedulerConfig& config)
     : config_(config),
       rows_(config.state_rows),
       pages_(config.uses_kv_pages() ? config.kv_pages : 0, config.block_size),
-      prefix_cache_(config.ssd_chunk_size) {}
+      prefix_cache_(config.ssd_chunk_size),
+      cache_page_holds_(config.uses_kv_pages() ? config.kv_pages : 0, 0) {}
 
 absl::Status Scheduler::AddRequest(NewRequest new_request) {
   const int64_t prompt_len = static_cast<int64_t>(new_request.prompt_token_ids.size());
@@ -123,6 +124,7 @@ SchedulerCounters Scheduler::counters() const {
   counters.tokens_scheduled = tokens_scheduled_;
   counters.steps = steps_;
   counters.prefix_cache_rows = CacheRows();
+  counters.prefix_cache_pages = cache_pages_;
   counters.prefix_cache_hits = prefix_cache_hits_;
   counters.prefix_cache_hit_tokens = prefix_cache_hit_tokens_;
   counters.prefix_cache_misses = prefix_cache_misses_;
@@ -152,12 +154,50 @@ int32_t Scheduler::NextSnapshotBoundary(const Request& request) const {
   return 0;
 }
 
+void Scheduler::CountCachePages(const KvBlocks& pages, int32_t delta) {
+  for (const int32_t page : pages.page_ids()) {
+    int32_t& holds = cache_page_holds_[page];
+    cache_pages_ -= holds > 0 ? 1 : 0;
+    holds += delta;
+    cache_pages_ += holds > 0 ? 1 : 0;
+  }
+}
+
+void Scheduler::DropSnapshotPages(Snapshot* snapshot) {
+  CountCachePages(snapshot->pages, -1);
+  pages_.Free(&snapshot->pages);
+}
+
+std::optional<StateRow> Scheduler::EvictOne(uint64_t keep) {
+  std::optional<Snapshot> evicted = prefix_cache_.EvictLeastRecent(keep);
+  if (!evicted.has_value()) return std::nullopt;
+  ++prefix_cache_evictions_;
+  DropSnapshotPages(&*evicted);
+  return evicted->row;
+}
+
 std::optional<StateRow> Scheduler::TakeRow() {
   std::optional<StateRow> row = rows_.Allocate();
   if (row.has_value()) return row;
-  row = prefix_cache_.EvictLeastRecent();
-  if (row.has_value()) ++prefix_cache_evictions_;
-  return row;
+  return EvictOne(/*keep=*/0);
+}
+
+bool Scheduler::EvictForPages(int32_t needed, uint64_t keep) {
+  if (pages_.num_free() >= needed) return true;
+  // Only pages no request holds come free with their snapshots: when even all of them
+  // would not do, the snapshots stay (a preempted request may resume from them).
+  int32_t freeable = 0;
+  for (int32_t page = 0; page < pages_.num_total(); ++page) {
+    const int32_t holds = cache_page_holds_[page];
+    freeable += holds > 0 && holds == pages_.holders(page) ? 1 : 0;
+  }
+  if (pages_.num_free() + freeable < needed) return false;
+  while (pages_.num_free() < needed) {
+    std::optional<StateRow> row = EvictOne(keep);
+    if (!row.has_value()) return false;
+    rows_.Free(&*row);
+  }
+  return true;
 }
 
 void Scheduler::MaybeSnapshot(const Request& request, const ScheduledSequence& sequence,
@@ -171,29 +211,37 @@ void Scheduler::MaybeSnapshot(const Request& request, const ScheduledSequence& s
   for (const PendingSnapshot& pending : pending_snapshots_) {
     if (absl::MakeConstSpan(pending.tokens) == prefix) return;  // taken by another request
   }
-  std::optional<StateRow> row;
-  if (config_.prefix_cache_max_rows > 0 && CacheRows() >= config_.prefix_cache_max_rows) {
-    // At the cap the least recently used snapshot makes room (none when every row the cap
-    // allows is being taken by this plan).
-    row = prefix_cache_.EvictLeastRecent();
-    if (row.has_value()) ++prefix_cache_evictions_;
-  } else {
-    row = TakeRow();
-  }
+  // At the cap the least recently used snapshot makes room (none when every row the cap
+  // allows is being taken by this plan).
+  std::optional<StateRow> row =
+      config_.prefix_cache_max_rows > 0 && CacheRows() >= config_.prefix_cache_max_rows
+          ? EvictOne(/*keep=*/0)
+          : TakeRow();
   if (!row.has_value()) return;
   // Written after the forward pass: a row evicted here may still be a restore's source in
   // this plan, which reads it before.
   snapshots->push_back({request.row.slot(), row->slot()});
-  pending_snapshots_.push_back({std::vector<int32_t>(prefix.begin(), prefix.end()), *row});
+  PendingSnapshot pending{std::vector<int32_t>(prefix.begin(), prefix.end()), {*row, {}}};
+  if (config_.uses_kv_pages()) {
+    // The prefix's whole pages (end is a multiple of the page size: Validate), which the
+    // request has written and never writes again.
+    pages_.Share(request.blocks, end / config_.block_size, &pending.snapshot.pages);
+    CountCachePages(pending.snapshot.pages, +1);
+  }
+  pending_snapshots_.push_back(std::move(pending));
 }
 
 void Scheduler::SettleSnapshots(bool file) {
   for (PendingSnapshot& pending : pending_snapshots_) {
-    std::optional<StateRow> unused = std::move(pending.row);
-    if (file)
+    std::optional<Snapshot> unused = std::move(pending.snapshot);
+    if (file) {
       unused = prefix_cache_.Insert(pending.tokens, static_cast<int32_t>(pending.tokens.size()),
-                                    *unused);
-    if (unused.has_value()) rows_.Free(&*unused);
+                                    std::move(*unused));
+    }
+    if (unused.has_value()) {
+      rows_.Free(&unused->row);
+      DropSnapshotPages(&*unused);
+    }
   }
   pending_snapshots_.clear();
 }
@@ -256,6 +304,12 @@ StepPlan Scheduler::Schedule() {
     }
     bool self_preempted = false;
     while (!GrowPages(request, request->num_computed_tokens + num_tokens)) {
+      // Snapshots give their pages back before anybody is preempted.
+      if (EvictForPages(
+              pages_.PagesToGrow(request->blocks, request->num_computed_tokens + num_tokens),
+              /*keep=*/0)) {
+        continue;
+      }
       // Its reserved decode token goes back to the budget (checked before preempting,
       // which resets its computed tokens).
       if (running_.back() != request && IsDecode(*running_.back())) --pending_decodes;
@@ -284,17 +338,29 @@ StepPlan Scheduler::Schedule() {
     if (config_.prefix_cache) hit = prefix_cache_.Find(request->tokens, request->num_tokens() - 1);
     request->num_computed_tokens = hit.length;
     const int32_t num_tokens = ChunkLength(*request, token_budget);
-    // Admit only when pages for all its pending tokens fit now; the first chunk's pages
-    // are taken at once, the rest as its later chunks run.
-    if (num_tokens == 0 ||
-        (config_.uses_kv_pages() && pages_.PagesFor(request->num_tokens()) > pages_.num_free())) {
+    if (num_tokens == 0) {
+      request->num_computed_tokens = 0;
+      break;
+    }
+    // The hit becomes the most recently used, so that taking a row evicts it last (if it is
+    // the very row taken, the request's row holds its state already), and its pages are the
+    // request's first ones before anything is evicted.
+    if (hit.length > 0) {
+      prefix_cache_.Touch(hit);
+      if (config_.uses_kv_pages()) {
+        pages_.Share(*hit.pages, hit.pages->num_pages(), &request->blocks);
+      }
+    }
+    // Admit only when pages for all its pending tokens fit now, snapshots giving theirs
+    // back (the hit's last); the first chunk's pages are taken at once, the rest as its
+    // later chunks run.
+    if (config_.uses_kv_pages() &&
+        !EvictForPages(pages_.PagesToGrow(request->blocks, request->num_tokens()), hit.key)) {
+      pages_.Free(&request->blocks);
       request->num_computed_tokens = 0;
       break;
     }
     COIL_CHECK(GrowPages(request, request->num_computed_tokens + num_tokens));
-    // The hit becomes the most recently used first, so that taking a row evicts it last;
-    // if it is the very row taken, the request's row holds its state already.
-    if (hit.length > 0) prefix_cache_.Touch(hit);
     std::optional<StateRow> row = TakeRow();
     COIL_CHECK(row.has_value()) << "no row although one was free or cached";
     request->row = *row;

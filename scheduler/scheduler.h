@@ -2,11 +2,13 @@
 // continuously (every running decode gets its token first, prefill chunks fill the rest),
 // splits long prompts at SSD-chunk multiples, preempts the newest request when pages run
 // out, and applies the finishing rules to sampled tokens. With the prefix cache on it also
-// keeps snapshots of prompts' states in rows no request holds, resumes a new prompt from
-// the longest one it starts with, and evicts them, least recently used first, whenever a
-// row is wanted. Pure, deterministic and single-threaded: no gRPC, MPI or kernel headers.
-// Invariant: every row and page is held by at most one live request or snapshot, and all
-// rows are free or snapshots when no request is left.
+// keeps snapshots of prompts' states in rows no request holds (and shares a hybrid's pages
+// of those prefixes), resumes a new prompt from the longest one it starts with, and evicts
+// them, least recently used first, whenever a row or page is wanted. Pure, deterministic
+// and single-threaded: no gRPC, MPI or kernel headers. Invariant: every row is held by at
+// most one live request or snapshot; a page is held by at most one live request unless it
+// is a whole page of a snapshot's prefix, which nobody writes; when no request is left,
+// every row and page is free or a snapshot's.
 //
 // One step is `plan = Schedule()`, execution of the plan, then `Update(plan, result)`.
 // Cancel/Finish may be called at any time between those calls.
@@ -84,6 +86,8 @@ struct SchedulerCounters {
   // The prefix cache. Rows it holds (snapshots, and those a plan in flight is taking)
   // are neither free nor used: rows_free + rows_used + prefix_cache_rows = state_rows.
   int32_t prefix_cache_rows = 0;
+  // KV pages snapshots hold (counted in pages_used; some may be held by requests too).
+  int32_t prefix_cache_pages = 0;
   int64_t prefix_cache_hits = 0;        // admissions that resumed from a snapshot
   int64_t prefix_cache_hit_tokens = 0;  // prompt tokens those skipped
   int64_t prefix_cache_misses = 0;      // admissions that found none
@@ -183,6 +187,17 @@ class Scheduler {
   // A row for a request or a snapshot: a free one, else the least recently used
   // snapshot's. Nothing when every row is held by a request (or a snapshot being taken).
   std::optional<StateRow> TakeRow();
+  // Evicts the least recently used snapshot but `keep` (0: any) and hands back its row,
+  // its pages let go; nothing when there is none.
+  std::optional<StateRow> EvictOne(uint64_t keep);
+  // Evicts snapshots (least recently used first, never `keep`) until `needed` pages are
+  // free. False, evicting nothing, when the pages only snapshots hold would not be enough
+  // (pending snapshots and `keep` may make it fall short after all: false then too).
+  bool EvictForPages(int32_t needed, uint64_t keep);
+  // Keeps count of the pages snapshots hold (delta +1 as one takes them, -1 as it lets go).
+  void CountCachePages(const KvBlocks& pages, int32_t delta);
+  // Lets go of a snapshot's pages.
+  void DropSnapshotPages(Snapshot* snapshot);
   // After `sequence` (the request's run, just planned): when it ends at one of the
   // request's snapshot boundaries the cache lacks, takes a row and adds the copy to
   // `snapshots`; within prefix_cache_max_rows by evicting first.
@@ -212,7 +227,7 @@ class Scheduler {
   // A snapshot the plan in flight takes: filed in the cache when its result comes back.
   struct PendingSnapshot {
     std::vector<int32_t> tokens;  // the prefix
-    StateRow row;
+    Snapshot snapshot;
   };
 
   SchedulerConfig config_;
@@ -220,6 +235,8 @@ class Scheduler {
   KvPagePool pages_;
   PrefixCache prefix_cache_;
   std::vector<PendingSnapshot> pending_snapshots_;
+  std::vector<int32_t> cache_page_holds_;  // per page: how many snapshots hold it
+  int32_t cache_pages_ = 0;                // pages with a nonzero count
   absl::flat_hash_map<uint64_t, std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;   // FCFS; preempted requests go back to the front
   std::vector<Request*> running_;  // in admission order: the newest is at the back

@@ -25,11 +25,14 @@ absl::Status SchedulerConfig::Validate() const {
         AtLeast("prefix_cache_max_rows", prefix_cache_max_rows, 0)}) {
     if (!status.ok()) return status;
   }
-  if (prefix_cache && uses_kv_pages()) {
+  if (prefix_cache && uses_kv_pages() && ssd_chunk_size % block_size != 0) {
+    // Snapshots are taken at chunk multiples and share the prefix's pages whole: a page
+    // cut by a snapshot would be written by the requests resumed from it.
     return absl::InvalidArgumentError(absl::StrCat(
-        "prefix_cache is on for a model with ", num_attention_layers,
-        " attention layers; prefix caching shares no KV pages yet, so it takes pure Mamba2 "
-        "models only: turn it off"));
+        "prefix_cache with block_size ", block_size, " and ssd_chunk_size ", ssd_chunk_size,
+        ": the KV page size must divide the chunk size so that snapshots end on whole pages; "
+        "choose a block size that divides ",
+        ssd_chunk_size, " or turn the prefix cache off"));
   }
   // The oldest running prefill shares a step with at most (running - 1) decodes and must
   // still get one whole SSD chunk, or a long prompt would never advance.

@@ -23,8 +23,9 @@ struct SchedulerConfig {
   int32_t ssd_chunk_size = 256;       // prompts split at its multiples (docs/ARCHITECTURE.md §4)
   int32_t eos_token_id = -1;          // -1: the model has none
   // Prefix caching: the state of a prompt at chunk multiples is kept in rows no request
-  // holds, and a later prompt that starts with the same tokens resumes from it. Pure
-  // Mamba2 models only (a hybrid's KV pages are not shared yet).
+  // holds (with a hybrid's KV pages of that prefix, shared), and a later prompt that starts
+  // with the same tokens resumes from it. With KV pages, block_size must divide
+  // ssd_chunk_size.
   bool prefix_cache = false;
   int32_t prefix_cache_max_rows = 0;  // the most rows snapshots may hold; 0: no cap
 

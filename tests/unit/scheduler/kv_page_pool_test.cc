@@ -1,5 +1,6 @@
 // The page pool: page counts are ceil(tokens / block_size) worked by hand; Grow is all or
-// nothing; freed pages come back and are reused.
+// nothing; freed pages come back and are reused; a shared page is free only when its last
+// holder lets it go.
 #include "scheduler/kv_page_pool.h"
 
 #include <set>
@@ -59,6 +60,36 @@ TEST(KvPagePoolTest, FreedPagesAreReused) {
             std::set<int32_t>(pages.begin(), pages.end()));
   pool.Free(&b);
   EXPECT_EQ(pool.num_free(), 2);
+}
+
+TEST(KvPagePoolTest, ASharedPageIsFreeOnlyWhenItsLastHolderLetsGo) {
+  KvPagePool pool(6, 4);
+  KvBlocks request;
+  ASSERT_TRUE(pool.Grow(&request, 12));  // 3 pages
+  KvBlocks snapshot;
+  pool.Share(request, 2, &snapshot);  // the first 8 positions
+  EXPECT_EQ(snapshot.page_ids(),
+            std::vector<int32_t>(request.page_ids().begin(), request.page_ids().begin() + 2));
+  EXPECT_EQ(pool.holders(request.page_ids()[0]), 2);
+  EXPECT_EQ(pool.holders(request.page_ids()[2]), 1);
+  EXPECT_EQ(pool.num_used(), 3);
+
+  // The request ends: its third page is free, the two shared ones stay held.
+  pool.Free(&request);
+  EXPECT_EQ(pool.num_free(), 4);
+  // A request resumed from the snapshot reads its pages and grows its own after them.
+  KvBlocks resumed;
+  pool.Share(snapshot, 2, &resumed);
+  ASSERT_TRUE(pool.Grow(&resumed, 13));  // 4 pages: 2 shared, 2 new
+  EXPECT_EQ(resumed.num_pages(), 4);
+  EXPECT_EQ(pool.num_free(), 2);
+  EXPECT_EQ(pool.holders(resumed.page_ids()[0]), 2);
+  EXPECT_EQ(pool.holders(resumed.page_ids()[3]), 1);
+  pool.Free(&snapshot);
+  EXPECT_EQ(pool.num_free(), 2);
+  pool.Free(&resumed);
+  EXPECT_EQ(pool.num_free(), 6);
+  EXPECT_EQ(pool.holders(0), 0);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ TEST(SchedulerConfigTest, RefusesBadFieldsNamingThem) {
          c.prefix_cache = true;
          c.num_attention_layers = 2;
          c.kv_pages = 8;
+         c.block_size = 24;  // does not divide the chunk size, 256
        },
        "prefix_cache"},
   };

@@ -1,6 +1,7 @@
 // The scheduler with the prefix cache on, one hand-built scenario each: where a prompt is
 // split for its snapshot, which rows the snapshot and restore copies name, what a later
-// prompt resumes from, and how snapshots give their rows back before anybody waits.
+// prompt resumes from, how snapshots give their rows (and a hybrid's pages) back before
+// anybody waits or is preempted, and which pages a hybrid's snapshot shares.
 // Expected plans are worked out by hand in the comments (chunk size 4; rows are handed
 // out lowest first).
 #include <memory>
@@ -304,6 +305,115 @@ TEST(SchedulerPrefixTest, TwoRequestsWithOnePrefixInOneStepKeepOneSnapshot) {
   Apply(*scheduler, plan);
   Drain(*scheduler);
   EXPECT_EQ(scheduler->counters().prefix_cache_rows, 1);
+}
+
+// A hybrid model: 2-token pages, 4-token chunks.
+SchedulerConfig HybridCacheConfig(int32_t state_rows, int32_t kv_pages) {
+  SchedulerConfig config = CacheConfig(state_rows);
+  config.num_attention_layers = 2;
+  config.block_size = 2;
+  config.kv_pages = kv_pages;
+  return config;
+}
+
+TEST(SchedulerPrefixTest, AHybridSnapshotSharesItsPagesWithTheRequestsResumedFromIt) {
+  auto scheduler = Make(HybridCacheConfig(4, 16));
+  // [0, 8) on pages 0-3 (handed out lowest first), which the snapshot shares; [8, 10) on
+  // page 4, freed when request 1 ends.
+  ASSERT_TRUE(scheduler->AddRequest(Req(1, Prompt(8, {1, 2}))).ok());
+  StepPlan plan = scheduler->Schedule();
+  EXPECT_EQ(plan.sequences[0].kv_block_table, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(scheduler->counters().prefix_cache_pages, 4);
+  Apply(*scheduler, plan);
+  Drain(*scheduler);
+  SchedulerCounters counters = scheduler->counters();
+  EXPECT_EQ(counters.pages_used, 4);
+  EXPECT_EQ(counters.prefix_cache_pages, 4);
+  // Request 2 resumes at 8: the shared pages first, then page 4 (the most recently freed)
+  // and page 5 for positions 8-10.
+  ASSERT_TRUE(scheduler->AddRequest(Req(2, Prompt(8, {5, 6, 7}))).ok());
+  plan = scheduler->Schedule();
+  ASSERT_EQ(plan.sequences.size(), 1u);
+  EXPECT_EQ(plan.sequences[0].start_position, 8);
+  EXPECT_EQ(plan.sequences[0].kv_block_table, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(scheduler->counters().pages_used, 6);
+  Apply(*scheduler, plan);
+  Drain(*scheduler);
+  counters = scheduler->counters();
+  EXPECT_EQ(counters.pages_used, 4);
+  EXPECT_EQ(counters.pages_free, 12);
+}
+
+TEST(SchedulerPrefixTest, ASnapshotGivesBackItsPagesBeforeAnyoneIsPreempted) {
+  auto scheduler = Make(HybridCacheConfig(4, 8));
+  ASSERT_TRUE(scheduler->AddRequest(Req(1, Prompt(8, {1}))).ok());
+  Drain(*scheduler);  // a snapshot on pages 0-3; pages 4-7 free
+  // Three prompt tokens and 9 outputs: positions up to 10, six pages; at position 8 the
+  // fifth page is the snapshot's to give.
+  ASSERT_TRUE(scheduler->AddRequest(Req(2, {1, 2, 3}, 9)).ok());
+  Drain(*scheduler);
+  const SchedulerCounters counters = scheduler->counters();
+  EXPECT_EQ(counters.preemptions, 0);
+  EXPECT_EQ(counters.prefix_cache_evictions, 1);
+  EXPECT_EQ(counters.prefix_cache_rows, 0);
+  EXPECT_EQ(counters.pages_free, 8);
+}
+
+TEST(SchedulerPrefixTest, APreemptedSourceLeavesItsSnapshotToResumeFrom) {
+  auto scheduler = Make(HybridCacheConfig(4, 10));
+  // Request 1 (older) decodes from a 3-token prompt; request 2 (newer) snapshots its 8-token
+  // prompt on the pages it shares with the snapshot, then decodes until the pool runs dry:
+  // its snapshot cannot help (request 2 holds its pages too), so request 2, the newest, is
+  // preempted, and the snapshot keeps its pages.
+  ASSERT_TRUE(scheduler->AddRequest(Req(1, {1, 2, 3}, 8)).ok());
+  ASSERT_TRUE(scheduler->AddRequest(Req(2, Prompt(8, {}), 10)).ok());
+  StepPlan plan = scheduler->Schedule();
+  ASSERT_EQ(plan.sequences.size(), 2u);
+  ASSERT_EQ(plan.snapshots.size(), 1u);
+  const int32_t snapshot_row = plan.snapshots[0].to_slot;
+  const std::vector<int32_t> prefix_pages(plan.sequences[1].kv_block_table.begin(),
+                                          plan.sequences[1].kv_block_table.begin() + 4);
+  Apply(*scheduler, plan);
+  int step = 0;
+  for (; step < 20 && scheduler->counters().preemptions == 0; ++step) {
+    Apply(*scheduler, scheduler->Schedule());
+  }
+  ASSERT_EQ(scheduler->counters().preemptions, 1);
+  ASSERT_EQ(scheduler->Phase(2), RequestPhase::kWaiting);
+  EXPECT_EQ(scheduler->counters().prefix_cache_rows, 1);
+  // When request 1 has made room, request 2 is recomputed from its snapshot: its state row
+  // restored, the prefix's pages shared again, the run starting at 8.
+  for (; step < 40; ++step) {
+    plan = scheduler->Schedule();
+    const ScheduledSequence* resumed = nullptr;
+    for (const ScheduledSequence& sequence : plan.sequences) {
+      if (sequence.request_id == 2) resumed = &sequence;
+    }
+    if (resumed != nullptr) {
+      EXPECT_EQ(resumed->start_position, 8);
+      EXPECT_FALSE(resumed->fresh);
+      EXPECT_EQ(std::vector<int32_t>(resumed->kv_block_table.begin(),
+                                     resumed->kv_block_table.begin() + 4),
+                prefix_pages);
+      EXPECT_THAT(plan.restores, ::testing::ElementsAre(CopyOf(snapshot_row, resumed->state_slot)));
+      Apply(*scheduler, plan);
+      break;
+    }
+    Apply(*scheduler, plan);
+  }
+  ASSERT_LT(step, 40) << "request 2 never resumed";
+  EXPECT_EQ(scheduler->counters().prefix_cache_hits, 1);
+  Drain(*scheduler);
+  const SchedulerCounters counters = scheduler->counters();
+  EXPECT_EQ(counters.pages_free + counters.prefix_cache_pages, 10);
+}
+
+TEST(SchedulerPrefixTest, AHybridCacheNeedsPagesThatDivideTheChunk) {
+  SchedulerConfig config = HybridCacheConfig(4, 16);
+  config.block_size = 3;
+  const absl::Status refused = config.Validate();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("the KV page size must divide the chunk size"));
 }
 
 }  // namespace

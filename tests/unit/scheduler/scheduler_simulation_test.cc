@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -69,6 +70,10 @@ class FakeExecutor {
   void Spoil(const StepPlan& plan) {
     for (const ScheduledSequence& sequence : plan.sequences) {
       slots_[sequence.state_slot].tokens.assign(1, -1);
+      const int32_t end = sequence.start_position + static_cast<int32_t>(sequence.token_ids.size());
+      for (int32_t p = sequence.start_position; p < end && config_.uses_kv_pages(); ++p) {
+        pages_[sequence.kv_block_table[p / config_.block_size]][p % config_.block_size] = Entry();
+      }
     }
     for (const StateCopy& copy : plan.snapshots) slots_[copy.to_slot].tokens.assign(1, -1);
   }
@@ -77,8 +82,14 @@ class FakeExecutor {
   const std::vector<int32_t>& Contents(int32_t slot) const { return slots_[slot].tokens; }
 
   // Runs the plan: restores, then the sequences, then snapshots, as the workers do;
-  // checks every read against what was written, then writes.
-  StepResult Execute(const StepPlan& plan, std::string* errors) {
+  // checks every read against what was written, then writes. `tokens_of(id)` is request
+  // id's prompt and outputs so far: a K/V entry holds a hash of the tokens up to its
+  // position, as a real one depends on all of them, so a page shared by requests with the
+  // same prefix reads right, and any other reads wrong.
+  StepResult Execute(const StepPlan& plan,
+                     const std::function<std::vector<int32_t>(uint64_t)>& tokens_of,
+                     std::string* errors) {
+    if (config_.uses_kv_pages()) CheckPageWrites(plan, errors);
     StepResult result;
     result.step_id = plan.step_id;
     std::set<int32_t> slots_seen;
@@ -91,7 +102,6 @@ class FakeExecutor {
       }
     }
     slots_seen.clear();
-    std::set<int32_t> pages_seen;
     for (const ScheduledSequence& sequence : plan.sequences) {
       const std::string where =
           absl::StrCat("step ", plan.step_id, " request ", sequence.request_id, ": ");
@@ -118,21 +128,22 @@ class FakeExecutor {
                           " pages for ", end, " tokens\n");
           continue;
         }
-        for (int32_t page : sequence.kv_block_table) {
-          if (page < 0 || page >= config_.kv_pages || !pages_seen.insert(page).second) {
-            absl::StrAppend(errors, where, "page ", page, " out of range or used twice\n");
-          }
-        }
         if (!errors->empty()) continue;
-        // Attention reads every earlier position: each must hold this request's K/V.
+        // Attention reads every earlier position: each must hold the K/V of this request's
+        // tokens up to there.
+        const std::vector<int32_t> all = tokens_of(sequence.request_id);
+        uint64_t prefix = 0;
         for (int32_t p = 0; p < end; ++p) {
+          prefix = Mix(prefix, all[p]);
           Entry& entry =
               pages_[sequence.kv_block_table[p / config_.block_size]][p % config_.block_size];
           if (p >= sequence.start_position) {
-            entry = {sequence.request_id, p};
-          } else if (entry.request_id != sequence.request_id || entry.position != p) {
-            absl::StrAppend(errors, where, "position ", p, " reads K/V of request ",
-                            entry.request_id, " position ", entry.position, "\n");
+            entry = {prefix, p};
+          } else if (entry.prefix != prefix || entry.position != p) {
+            absl::StrAppend(errors, where, "position ", p, " of page ",
+                            sequence.kv_block_table[p / config_.block_size],
+                            " reads K/V of another prefix (written at position ", entry.position,
+                            ")\n");
             break;
           }
         }
@@ -158,13 +169,54 @@ class FakeExecutor {
 
  private:
   struct Entry {
-    uint64_t request_id = 0;
+    uint64_t prefix = 0;  // hash of the tokens up to and with `position`
     int32_t position = -1;
   };
   struct Slot {
     bool written = false;
     std::vector<int32_t> tokens;
   };
+
+  static uint64_t Mix(uint64_t hash, int32_t token) {
+    uint64_t x = (hash ^ static_cast<uint32_t>(token)) * 0x9E3779B97F4A7C15ull + 1;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    return x ^ (x >> 31);
+  }
+
+  // Pages in range, none twice in one table, and a page a sequence writes (one holding a
+  // position of its run) in no other table of the plan: pages are shared only read-only.
+  void CheckPageWrites(const StepPlan& plan, std::string* errors) {
+    std::map<int32_t, int32_t> tables;    // page -> tables of the plan holding it
+    std::map<int32_t, uint64_t> writers;  // page -> the request writing it
+    for (const ScheduledSequence& sequence : plan.sequences) {
+      const std::vector<int32_t>& table = sequence.kv_block_table;
+      if (std::set<int32_t>(table.begin(), table.end()).size() != table.size()) {
+        absl::StrAppend(errors, "step ", plan.step_id, " request ", sequence.request_id,
+                        ": a page twice in its block table\n");
+      }
+      for (int32_t page : table) {
+        if (page < 0 || page >= config_.kv_pages) {
+          absl::StrAppend(errors, "step ", plan.step_id, ": page ", page, " out of range\n");
+          return;
+        }
+        ++tables[page];
+      }
+      const int32_t end = sequence.start_position + static_cast<int32_t>(sequence.token_ids.size());
+      for (int32_t k = sequence.start_position / config_.block_size;
+           k * config_.block_size < end && k < static_cast<int32_t>(table.size()); ++k) {
+        if (!writers.emplace(table[k], sequence.request_id).second) {
+          absl::StrAppend(errors, "step ", plan.step_id, ": page ", table[k],
+                          " written by two requests\n");
+        }
+      }
+    }
+    for (const auto& [page, writer] : writers) {
+      if (tables[page] > 1) {
+        absl::StrAppend(errors, "step ", plan.step_id, ": request ", writer, " writes page ", page,
+                        ", which another block table of the plan holds\n");
+      }
+    }
+  }
 
   void Copy(const StateCopy& copy, const char* what, uint64_t step, std::string* errors) {
     const auto valid = [&](int32_t slot) { return slot >= 0 && slot < config_.state_rows; };
@@ -244,7 +296,9 @@ class Simulation {
     const SchedulerCounters counters = scheduler_->counters();
     EXPECT_EQ(counters.rows_free + counters.prefix_cache_rows, config_.state_rows);
     EXPECT_EQ(counters.rows_used, 0);
-    EXPECT_EQ(counters.pages_free, config_.uses_kv_pages() ? config_.kv_pages : 0);
+    EXPECT_EQ(counters.pages_free + counters.prefix_cache_pages,
+              config_.uses_kv_pages() ? config_.kv_pages : 0);
+    EXPECT_EQ(counters.pages_used, counters.prefix_cache_pages);
     EXPECT_EQ(counters.running + counters.waiting, 0);
     EXPECT_EQ(counters.prefix_cache_hits + counters.prefix_cache_misses,
               config_.prefix_cache ? admissions_ : 0);
@@ -337,7 +391,10 @@ class Simulation {
 
   void DropResources(Tracked& request) {
     if (request.slot >= 0) slot_owner_.erase(request.slot);
-    for (int32_t page : request.pages) page_owner_.erase(page);
+    for (int32_t page : request.pages) {
+      page_holders_[page].erase(request.spec.request_id);
+      if (page_holders_[page].empty()) page_holders_.erase(page);
+    }
     request.slot = -1;
     request.pages.clear();
   }
@@ -370,7 +427,15 @@ class Simulation {
     if (::testing::Test::HasFailure() || plan.sequences.empty()) return;
 
     std::string errors;
-    StepResult result = executor_.Execute(plan, &errors);
+    StepResult result = executor_.Execute(
+        plan,
+        [&](uint64_t id) {
+          const Tracked& request = requests_.at(id);
+          std::vector<int32_t> all = request.spec.prompt_token_ids;
+          all.insert(all.end(), request.streamed.begin(), request.streamed.end());
+          return all;
+        },
+        &errors);
     ASSERT_TRUE(errors.empty()) << errors;
     // Each slot a sequence ran on holds its request's tokens up to the run's end: the
     // state it resumed (restored or carried) was that request's own prefix.
@@ -496,11 +561,18 @@ class Simulation {
       } else {
         ASSERT_EQ(request.slot, sequence.state_slot) << "request " << id << " changed rows";
       }
-      for (int32_t page : sequence.kv_block_table) {
-        auto owner = page_owner_.find(page);
-        ASSERT_TRUE(owner == page_owner_.end() || owner->second == id)
-            << "page " << page << " held by " << owner->second << " and " << id;
-        page_owner_[page] = id;
+      // A page is shared only by requests that read it: the one a run writes into (it
+      // holds a position of the run) has no other live holder.
+      for (size_t k = 0; k < sequence.kv_block_table.size(); ++k) {
+        const int32_t page = sequence.kv_block_table[k];
+        std::set<uint64_t>& holders = page_holders_[page];
+        const bool written =
+            static_cast<int32_t>(k + 1) * config_.block_size > sequence.start_position &&
+            static_cast<int32_t>(k) * config_.block_size < end;
+        ASSERT_TRUE(!written || holders.empty() || (holders.size() == 1 && holders.contains(id)))
+            << "request " << id << " writes page " << page << ", which " << holders.size()
+            << " requests hold";
+        holders.insert(id);
         request.pages.insert(page);
       }
       for (int32_t page : request.pages) {
@@ -594,7 +666,7 @@ class Simulation {
   std::map<uint64_t, Tracked> requests_;
   std::set<uint64_t> live_;
   std::map<int32_t, uint64_t> slot_owner_;
-  std::map<int32_t, uint64_t> page_owner_;
+  std::map<int32_t, std::set<uint64_t>> page_holders_;
   uint64_t next_id_ = 1;
   int64_t refused_ = 0;
   int64_t sampled_ = 0;
@@ -671,11 +743,22 @@ Shape PrefixShape(const char* name, int32_t max_rows, uint64_t seed) {
   return {name, config, seed, /*shared_prefixes=*/true};
 }
 
+// The prefix cache on a hybrid model: snapshots hold rows and pages, shared with the
+// requests resumed from them, and give both back before anybody waits or is preempted.
+Shape HybridPrefixShape(uint64_t seed) {
+  Shape shape = PrefixShape("hybrid_prefix_cache", 0, seed);
+  shape.config.num_attention_layers = 4;
+  shape.config.block_size = 4;  // divides the chunk size, 8
+  shape.config.kv_pages = 60;
+  return shape;
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, SchedulerSimulationTest,
                          ::testing::Values(HybridShape(1), HybridShape(2),
                                            Shape{"pure_mamba2", BaseConfig(), 3},
                                            PrefixShape("prefix_cache", 0, 4),
-                                           PrefixShape("prefix_cache_capped", 2, 5)),
+                                           PrefixShape("prefix_cache_capped", 2, 5),
+                                           HybridPrefixShape(6), HybridPrefixShape(7)),
                          [](const ::testing::TestParamInfo<Shape>& info) {
                            return absl::StrCat(info.param.name, "_seed", info.param.seed);
                          });
