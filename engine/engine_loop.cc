@@ -167,6 +167,7 @@ void EngineLoop::PublishSnapshot() {
   snapshot.rows_free = counters.rows_free;
   snapshot.rows_total = counters.rows_free + counters.rows_used + counters.prefix_cache_rows;
   snapshot.prefix_cache_rows = counters.prefix_cache_rows;
+  snapshot.prefix_cache_pages = counters.prefix_cache_pages;
   snapshot.pages_free = counters.pages_free;
   snapshot.pages_total = counters.pages_free + counters.pages_used;
   snapshot.steps = counters.steps;
@@ -178,6 +179,7 @@ void EngineLoop::PublishSnapshot() {
     metrics_->kv_pages_free().Set(counters.pages_free);
     metrics_->kv_pages_used().Set(counters.pages_used);
     metrics_->prefix_cache_rows().Set(counters.prefix_cache_rows);
+    metrics_->prefix_cache_pages().Set(counters.prefix_cache_pages);
     // The scheduler counts since start; the metrics get what is new since the last look.
     for (auto [now, seen, counter] :
          {std::tuple{counters.preemptions, &counted_.preemptions, &metrics_->preemptions()},

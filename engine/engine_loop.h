@@ -53,6 +53,7 @@ struct EngineSnapshot {
   int32_t pages_free = 0;
   int32_t pages_total = 0;
   int32_t prefix_cache_rows = 0;  // rows holding snapshots: counted in rows_total, not free
+  int32_t prefix_cache_pages = 0;  // pages snapshots hold: counted as used
   int64_t steps = 0;
 };
 

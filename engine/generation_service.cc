@@ -295,6 +295,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
   info.set_waiting_requests(snapshot.waiting);
   info.set_running_requests(snapshot.running);
   info.set_prefix_cache_rows(snapshot.prefix_cache_rows);
+  info.set_prefix_cache_pages(snapshot.prefix_cache_pages);
   Reply(info, response);
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -279,7 +279,10 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
   config.num_attention_layers =
       static_cast<int32_t>(plan.model.num_layers(model::LayerKind::kAttention));
   config.ssd_chunk_size = static_cast<int32_t>(plan.model.chunk_size);
-  config.prefix_cache = absl::GetFlag(FLAGS_prefix_cache) && !config.uses_kv_pages();
+  // A hybrid's snapshots share whole KV pages: the page size must divide the chunk size
+  // (else the cache stays off, and the start-up log says why).
+  config.prefix_cache = absl::GetFlag(FLAGS_prefix_cache) &&
+                        (!config.uses_kv_pages() || config.ssd_chunk_size % config.block_size == 0);
   config.prefix_cache_max_rows = absl::GetFlag(FLAGS_prefix_cache_rows);
   if (config.prefix_cache_max_rows < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--prefix-cache-rows is ",
@@ -629,16 +632,21 @@ int Main(int argc, char** argv) {
   absl::StatusOr<ServePlan> plan = CheckConfiguration(model_dir, runtime.size());
   if (!Ready(runtime.Agree(plan.status()), "configuration", rank)) return 1;
   if (rank == 0) {
-    COIL_LOG(INFO) << "budgets per rank: " << plan->budgets.description << "; max_num_seqs "
-                   << plan->scheduler.max_num_seqs << ", max_batched_tokens "
-                   << plan->scheduler.max_batched_tokens << ", max_model_len "
-                   << plan->scheduler.max_model_len << ", max_queue " << plan->scheduler.max_queue
-                   << "; prefix cache "
-                   << (!plan->scheduler.prefix_cache ? std::string("off")
-                       : plan->scheduler.prefix_cache_max_rows > 0
-                           ? absl::StrCat("on, at most ", plan->scheduler.prefix_cache_max_rows,
-                                          " rows")
-                           : std::string("on, in any row no request holds"));
+    COIL_LOG(INFO)
+        << "budgets per rank: " << plan->budgets.description << "; max_num_seqs "
+        << plan->scheduler.max_num_seqs << ", max_batched_tokens "
+        << plan->scheduler.max_batched_tokens << ", max_model_len " << plan->scheduler.max_model_len
+        << ", max_queue " << plan->scheduler.max_queue << "; prefix cache "
+        << (!plan->scheduler.prefix_cache
+                ? std::string(absl::GetFlag(FLAGS_prefix_cache)
+                                  ? absl::StrCat("off: --block-size ", plan->scheduler.block_size,
+                                                 " does not divide the model's chunk "
+                                                 "size ",
+                                                 plan->scheduler.ssd_chunk_size)
+                                  : "off")
+            : plan->scheduler.prefix_cache_max_rows > 0
+                ? absl::StrCat("on, at most ", plan->scheduler.prefix_cache_max_rows, " rows")
+                : std::string("on, in any row no request holds"));
   }
 
   // 2. The device; with --device cuda the state pool is checked against the GPU's memory.

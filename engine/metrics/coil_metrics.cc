@@ -126,10 +126,15 @@ absl::Status CoilMetrics::Register() {
                                    "computed again."));
   COIL_ASSIGN_OR_RETURN(prefix_cache_evictions_,
                         NewCounter(r, "coil_prefix_cache_evictions_total",
-                                   "Prefix-cache snapshots dropped to free their state row."));
+                                   "Prefix-cache snapshots dropped to free their state row or "
+                                   "KV pages."));
   COIL_ASSIGN_OR_RETURN(prefix_cache_rows_,
                         NewGauge(r, "coil_prefix_cache_rows",
                                  "Recurrent-state rows holding prefix-cache snapshots."));
+  COIL_ASSIGN_OR_RETURN(prefix_cache_pages_,
+                        NewGauge(r, "coil_prefix_cache_pages",
+                                 "KV pages prefix-cache snapshots hold (hybrid models; also "
+                                 "counted in coil_kv_pages_used)."));
   COIL_ASSIGN_OR_RETURN(
       time_to_first_token_,
       NewHistogram(r, "coil_time_to_first_token_seconds",

@@ -66,13 +66,14 @@ class CoilMetrics {
   Counter& generated_tokens() { return *generated_tokens_; }  // coil_generated_tokens_total
   // The prefix cache: coil_prefix_cache_hits_total, _misses_total (admissions that did or
   // did not resume from a snapshot), _hit_tokens_total (prompt tokens not computed again),
-  // _evictions_total (snapshots dropped for their row), and coil_prefix_cache_rows (state
-  // rows holding snapshots).
+  // _evictions_total (snapshots dropped for their row or pages), coil_prefix_cache_rows
+  // (state rows holding snapshots) and coil_prefix_cache_pages (KV pages they hold).
   Counter& prefix_cache_hits() { return *prefix_cache_hits_; }
   Counter& prefix_cache_misses() { return *prefix_cache_misses_; }
   Counter& prefix_cache_hit_tokens() { return *prefix_cache_hit_tokens_; }
   Counter& prefix_cache_evictions() { return *prefix_cache_evictions_; }
   Gauge& prefix_cache_rows() { return *prefix_cache_rows_; }
+  Gauge& prefix_cache_pages() { return *prefix_cache_pages_; }
 
   // coil_time_to_first_token_seconds: arrival to the first generated token.
   Histogram& time_to_first_token() { return *time_to_first_token_; }
@@ -105,6 +106,7 @@ class CoilMetrics {
   Counter* prefix_cache_hit_tokens_ = nullptr;
   Counter* prefix_cache_evictions_ = nullptr;
   Gauge* prefix_cache_rows_ = nullptr;
+  Gauge* prefix_cache_pages_ = nullptr;
   Histogram* time_to_first_token_ = nullptr;
   Histogram* inter_token_latency_ = nullptr;
   Histogram* request_latency_ = nullptr;

@@ -4,7 +4,10 @@
 // them, a server whose KV budget is too small for the requests that arrive together must
 // preempt (the counter says it did) and still give every stream exactly the tokens it gives
 // alone, greedy and seeded, at TP1 and TP2; afterwards every page and row is free again
-// (the gauges and the info say so: nothing leaked).
+// (the gauges and the info say so: nothing leaked). With the prefix cache (on by default), a
+// prompt that shares 20 tokens with an earlier one resumes at 16 (nemotron-tiny's chunk is
+// 8) from its snapshot, whose KV pages it shares, and gives the tokens of a server without
+// the cache, at TP1 and TP2.
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -134,27 +137,32 @@ double MetricValue(const std::string& page, const std::string& series) {
   return -1.0;
 }
 
-// Waits until the server holds no row and no page and nothing runs or waits.
+// Waits until no request holds a row or a page and nothing runs or waits: every row and
+// page is free or a prefix-cache snapshot's (which any request may take back).
 void ExpectEverythingFree(ServerProcess& server, int kv_pages) {
   coil::v1::ModelInfo info;
   for (int attempt = 0; attempt < 250; ++attempt) {
     auto got = server.client().Info();
     ASSERT_TRUE(got.ok()) << got.status();
     info = *got;
-    if (info.state_rows_free() == info.state_rows_total() &&
-        info.kv_pages_free() == info.kv_pages_total() && info.running_requests() == 0 &&
-        info.waiting_requests() == 0) {
+    if (info.state_rows_free() + info.prefix_cache_rows() == info.state_rows_total() &&
+        info.kv_pages_free() + info.prefix_cache_pages() == info.kv_pages_total() &&
+        info.running_requests() == 0 && info.waiting_requests() == 0) {
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(info.kv_pages_total(), kv_pages);
-  EXPECT_EQ(info.kv_pages_free(), kv_pages) << info.DebugString();
-  EXPECT_EQ(info.state_rows_free(), info.state_rows_total()) << info.DebugString();
+  EXPECT_EQ(info.kv_pages_free() + info.prefix_cache_pages(), kv_pages) << info.DebugString();
+  EXPECT_EQ(info.state_rows_free() + info.prefix_cache_rows(), info.state_rows_total())
+      << info.DebugString();
   auto metrics = server.FetchMetrics();
   ASSERT_TRUE(metrics.ok()) << metrics.status();
-  EXPECT_EQ(MetricValue(*metrics, "coil_kv_pages_free"), kv_pages);
-  EXPECT_EQ(MetricValue(*metrics, "coil_kv_pages_used"), 0.0);
+  EXPECT_EQ(MetricValue(*metrics, "coil_kv_pages_free") +
+                MetricValue(*metrics, "coil_prefix_cache_pages"),
+            kv_pages);
+  EXPECT_EQ(MetricValue(*metrics, "coil_kv_pages_used"),
+            MetricValue(*metrics, "coil_prefix_cache_pages"));
   EXPECT_EQ(MetricValue(*metrics, "coil_state_rows_used"), 0.0);
 }
 
@@ -190,6 +198,63 @@ TEST(HybridServingTest, PreemptionUnderASmallKvBudgetGivesTheTokensOfALargeOne) 
     // And once more, now that every page has been used and freed at least once.
     EXPECT_EQ(Together(small->client()), alone);
     ExpectEverythingFree(*small, kSmallPages);
+  }
+}
+
+// 20 tokens shared, then a question of 4: the first request leaves snapshots at 16 (its cut,
+// 20 rounded down) and 24 (its last whole chunk); the second resumes at 16, sharing the
+// first's four pages of the prefix, and gives what a server without the cache gives (the
+// same seed, so the same draws).
+TEST(HybridServingTest, APromptResumedFromTheCacheGivesTheColdTokens) {
+  const auto request = [](const std::vector<int32_t>& question, int32_t cut) {
+    coil::v1::GenerateRequest r;
+    for (int32_t i = 0; i < 20; ++i) r.mutable_token_ids()->add_ids(40 + 7 * i % 200);
+    for (int32_t id : question) r.mutable_token_ids()->add_ids(id);
+    r.mutable_sampling()->set_max_tokens(12);
+    r.mutable_sampling()->set_ignore_eos(true);
+    r.mutable_sampling()->set_temperature(0.7f);
+    r.mutable_sampling()->set_seed(99);
+    r.set_cache_prefix_tokens(cut);
+    return r;
+  };
+  const coil::v1::GenerateRequest first = request({1, 2, 3, 4}, 20);
+  const coil::v1::GenerateRequest second = request({5, 6, 7, 8}, 0);
+  std::vector<int32_t> cold;
+  {
+    ServerOptions options;
+    options.flags = {"--state-rows",        "8",
+                     "--kv-pages",          "200",
+                     "--block-size",        std::to_string(kBlockSize),
+                     "--max-model-len",     "128",
+                     "--threads",           "1",
+                     "--prefix-cache=false"};
+    auto server = ServerProcess::Start(HybridEnvironment::Get()->model_dir(), options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    auto generation = (*server)->client().Generate(second);
+    ASSERT_TRUE(generation.ok()) << generation.status();
+    EXPECT_EQ(generation->final.usage().cached_prompt_tokens(), 0);
+    cold = generation->token_ids;
+  }
+  for (const int ranks : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("TP", ranks));
+    std::unique_ptr<ServerProcess> server = Start(ranks, 200);
+    ASSERT_TRUE(server);
+    auto info = server->client().Info();
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_TRUE(info->prefix_cache());
+    ASSERT_TRUE(server->client().Generate(first).ok());
+    auto warm = server->client().Generate(second);
+    ASSERT_TRUE(warm.ok()) << warm.status();
+    EXPECT_EQ(warm->final.usage().cached_prompt_tokens(), 16);
+    EXPECT_EQ(warm->token_ids, cold);
+    ExpectEverythingFree(*server, 200);
+    info = server->client().Info();
+    ASSERT_TRUE(info.ok()) << info.status();
+    // Three snapshots: the first request's at 16 and 24 (six pages of 4 tokens, the four of
+    // the one at 16 shared by the one at 24) and the second's at 24 (those four again, and
+    // two of its own): eight distinct pages.
+    EXPECT_EQ(info->prefix_cache_rows(), 3);
+    EXPECT_EQ(info->prefix_cache_pages(), 8);
   }
 }
 

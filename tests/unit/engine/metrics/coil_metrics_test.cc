@@ -40,6 +40,7 @@ TEST(CoilMetricsTest, ExportsExactlyTheDocumentedFamilies) {
       {"coil_prefix_cache_hit_tokens_total", "counter"},
       {"coil_prefix_cache_evictions_total", "counter"},
       {"coil_prefix_cache_rows", "gauge"},
+      {"coil_prefix_cache_pages", "gauge"},
       {"coil_time_to_first_token_seconds", "histogram"},
       {"coil_inter_token_latency_seconds", "histogram"},
       {"coil_request_latency_seconds", "histogram"},

@@ -41,7 +41,7 @@ TEST(MetricsExporterTest, ServesMetricsAndAnswers404Elsewhere) {
   EXPECT_EQ(response->get_header_value("Content-Type"), kExpositionContentType);
   auto families = ParseExposition(response->body);
   ASSERT_TRUE(families.ok()) << families.status();
-  EXPECT_EQ(families->size(), 20u);  // coil_metrics_test lists them
+  EXPECT_EQ(families->size(), 21u);  // coil_metrics_test lists them
   EXPECT_EQ(
       SampleValue(*FindFamily(*families, "coil_preemptions_total"), "coil_preemptions_total", {}),
       4);
