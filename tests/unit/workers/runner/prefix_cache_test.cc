@@ -1,11 +1,13 @@
 // Prefix caching end to end on thread ranks: the scheduler plans (with its prefix cache on
 // or off), rank 0 encodes each plan and broadcasts it, every rank decodes and runs it
-// (restores, forward pass, snapshots) on its own shard of the tiny model (chunk size 8).
-// The invariant checked is warm = cold, bit for bit: a request resumed from a snapshot left
-// by an earlier request gives the very tokens and logprobs (greedy, seeded temperature,
-// top_p) of the same request on a server with no cache, at TP1, TP2 and TP4, for a shared
-// prefix that ends on a chunk boundary, one token after it and one token before it. The
-// cached-token counts are worked out by hand beside each case.
+// (restores, forward pass, snapshots) on its own shard of a tiny model (chunk size 8): the
+// Mamba2 one, and the hybrid one, whose snapshots also share their prefix's KV pages with
+// the requests resumed from them. The invariant checked is warm = cold, bit for bit: a
+// request resumed from a snapshot left by an earlier request gives the very tokens and
+// logprobs (greedy, seeded temperature, top_p) of the same request on a server with no
+// cache, at TP1, TP2 and TP4, for a shared prefix that ends on a chunk boundary, one token
+// after it and one token before it. The cached-token counts are worked out by hand beside
+// each case.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -73,7 +75,10 @@ std::map<uint64_t, Outcome> Serve(const std::string& dir, int tp, const Schedule
       fatal(files.status());
       auto model = model::Model::Load(*files, **backend, comm, {});
       fatal(model.status());
-      auto runner = ModelRunner::Create(**model, **backend, comm, config.state_rows);
+      RunnerOptions run;
+      run.kv_pages = config.kv_pages;
+      run.block_size = config.block_size;
+      auto runner = ModelRunner::Create(**model, **backend, comm, config.state_rows, run);
       fatal(runner.status());
       if (rank > 0) {
         while (true) {
@@ -119,14 +124,20 @@ std::map<uint64_t, Outcome> Serve(const std::string& dir, int tp, const Schedule
   return outcomes;
 }
 
-SchedulerConfig Config(bool prefix_cache) {
+// `block_size` 0: the Mamba2 model, no pages.
+SchedulerConfig Config(bool prefix_cache, int32_t block_size) {
   SchedulerConfig config;
   config.max_num_seqs = 8;
   config.state_rows = 8;
   config.max_batched_tokens = 256;
   config.max_model_len = 128;
-  config.ssd_chunk_size = 8;  // the tiny model's chunk_size
+  config.ssd_chunk_size = 8;  // both tiny models' chunk_size
   config.prefix_cache = prefix_cache;
+  if (block_size > 0) {
+    config.num_attention_layers = 2;  // nemotron-tiny's "M*-M-*"
+    config.block_size = block_size;
+    config.kv_pages = 8 * 128 / block_size;  // every row at full length
+  }
   return config;
 }
 
@@ -148,6 +159,7 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 struct Case {
   int tp;
   checkpoint::DType weights;
+  int32_t block_size = 0;  // 0: the Mamba2 model; else the hybrid one with pages this size
 };
 
 class PrefixCacheExactnessTest : public ::testing::TestWithParam<Case> {};
@@ -155,7 +167,8 @@ class PrefixCacheExactnessTest : public ::testing::TestWithParam<Case> {};
 TEST_P(PrefixCacheExactnessTest, WarmRunsGiveTheColdRunsBits) {
   const Case& c = GetParam();
   const auto dir = testing_reference::WriteShape(
-      absl::StrCat("prefix_", c.tp, "_", checkpoint::DTypeName(c.weights)), "tiny", c.weights, {});
+      absl::StrCat("prefix_", c.tp, "_", checkpoint::DTypeName(c.weights), "_", c.block_size),
+      c.block_size > 0 ? "nemotron-tiny" : "tiny", c.weights, {});
   ASSERT_TRUE(dir.ok()) << dir.status();
   const std::vector<int32_t> system = testing_reference::TokensBelow(250, 25, 31);
   const std::vector<int32_t> question = {11, 12, 13, 14, 15};
@@ -181,8 +194,8 @@ TEST_P(PrefixCacheExactnessTest, WarmRunsGiveTheColdRunsBits) {
     NewRequest first = Request(1, Concat(prefix, other), greedy);
     first.cache_prefix_tokens = shared;
 
-    const auto cold = Serve(*dir, c.tp, Config(false), {asked});
-    const auto warm = Serve(*dir, c.tp, Config(true), {{first}, asked});
+    const auto cold = Serve(*dir, c.tp, Config(false, c.block_size), {asked});
+    const auto warm = Serve(*dir, c.tp, Config(true, c.block_size), {{first}, asked});
     ASSERT_EQ(warm.at(1).cached, 0);
     for (const NewRequest& request : asked) {
       SCOPED_TRACE(absl::StrCat("request ", request.request_id));
@@ -199,14 +212,18 @@ TEST_P(PrefixCacheExactnessTest, WarmRunsGiveTheColdRunsBits) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, PrefixCacheExactnessTest,
-                         ::testing::Values(Case{1, checkpoint::DType::kF32}, Case{2, checkpoint::DType::kF32},
-                                           Case{4, checkpoint::DType::kF32},
-                                           Case{2, checkpoint::DType::kBF16}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return absl::StrCat("tp", info.param.tp, "_",
-                                               checkpoint::DTypeName(info.param.weights));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PrefixCacheExactnessTest,
+    ::testing::Values(Case{1, checkpoint::DType::kF32}, Case{2, checkpoint::DType::kF32},
+                      Case{4, checkpoint::DType::kF32}, Case{2, checkpoint::DType::kBF16},
+                      Case{1, checkpoint::DType::kF32, 4}, Case{2, checkpoint::DType::kF32, 8},
+                      Case{4, checkpoint::DType::kF32, 4}, Case{2, checkpoint::DType::kBF16, 2}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return absl::StrCat(info.param.block_size > 0 ? "hybrid_" : "mamba2_", "tp", info.param.tp,
+                          "_", checkpoint::DTypeName(info.param.weights),
+                          info.param.block_size > 0 ? absl::StrCat("_pages", info.param.block_size)
+                                                    : std::string());
+    });
 
 }  // namespace
 }  // namespace coil
