@@ -3,8 +3,8 @@
 // the ByteLevel pre-tokenizer applies it. RE2 has no lookahead and std::regex no \p{L}, and a
 // scanner is also several times faster. The pieces tile the input: their concatenation is
 // the input, none is empty.
-#ifndef COIL_ENGINE_TOKENIZER_PRE_TOKENIZER_H_
-#define COIL_ENGINE_TOKENIZER_PRE_TOKENIZER_H_
+#ifndef COIL_ENGINE_TOKENIZER_GPT2_SPLIT_H_
+#define COIL_ENGINE_TOKENIZER_GPT2_SPLIT_H_
 
 #include <cstddef>
 #include <vector>
@@ -85,4 +85,4 @@ inline std::vector<absl::string_view> SplitGpt2(absl::string_view text) {
 
 }  // namespace coil::tokenizer
 
-#endif  // COIL_ENGINE_TOKENIZER_PRE_TOKENIZER_H_
+#endif  // COIL_ENGINE_TOKENIZER_GPT2_SPLIT_H_

@@ -1,7 +1,10 @@
 // The Unicode facts the tokenizer needs, over UTF-8 bytes: decoding one code point, the
-// character classes of the GPT-2 split pattern, NFC normalization (ICU), and lossy UTF-8
-// repair exactly as Rust's String::from_utf8_lossy does it (one U+FFFD per maximal invalid
-// subpart), so that decoding matches the reference byte for byte.
+// character properties the reference library's components test, normalization, lowercasing
+// and lossy UTF-8 repair exactly as Rust's String::from_utf8_lossy does it (one U+FFFD per
+// maximal invalid subpart). ICU (Debian 12: ICU 72, Unicode 15.0) supplies the data; each
+// function adjusts it to the Unicode version of the reference component it stands for, since
+// the reference mixes versions: its regular expressions (Oniguruma) know Unicode 16.0, Rust's
+// char methods 17.0, its normalization tables 9.0 and its punctuation table 8.0.
 #ifndef COIL_ENGINE_TOKENIZER_UNICODE_H_
 #define COIL_ENGINE_TOKENIZER_UNICODE_H_
 
@@ -14,6 +17,71 @@
 #include "absl/strings/string_view.h"
 
 namespace coil::tokenizer {
+
+// General categories, in the order of ICU's UCharCategory (so converting is a cast).
+enum class Category : uint8_t {
+  kCn = 0,
+  kLu,
+  kLl,
+  kLt,
+  kLm,
+  kLo,
+  kMn,
+  kMe,
+  kMc,
+  kNd,
+  kNl,
+  kNo,
+  kZs,
+  kZl,
+  kZp,
+  kCc,
+  kCf,
+  kCo,
+  kCs,
+  kPd,
+  kPs,
+  kPe,
+  kPc,
+  kPo,
+  kSm,
+  kSc,
+  kSk,
+  kSo,
+  kPi,
+  kPf,
+};
+inline constexpr int kCategoryCount = 30;
+
+// The general category of `cp` in Unicode 16.0, as the reference's regular expressions
+// (Oniguruma) see it.
+Category CategoryOf(char32_t cp);
+
+// The two-letter name of `category` ("Lu").
+absl::string_view CategoryName(Category category);
+
+// The White_Space property (the same in every Unicode version since 6.3): Oniguruma's \s and
+// Rust's char::is_whitespace.
+bool IsWhiteSpace(char32_t cp);
+
+// Rust's char::is_numeric (categories Nd, Nl, No in Unicode 17.0): the Digits pre-tokenizer.
+bool IsNumeric(char32_t cp);
+
+// The Punctuation pre-tokenizer's test: ASCII punctuation, or a character of categories
+// Pc Pd Ps Pe Pi Pf Po in Unicode 8.0 (the reference's unicode_categories tables).
+bool IsPunctuation(char32_t cp);
+
+// Rust regex's \w (the Whitespace pre-tokenizer, added tokens' single_word): Alphabetic,
+// Mark, Decimal_Number, Connector_Punctuation or Join_Control, in Unicode 16.0.
+bool IsWordCharacter(char32_t cp);
+
+// Oniguruma's \w: the same but for Join_Control, which it leaves out, and for the Latin-1
+// superscript digits and fractions, which its Latin-1 table has as word characters.
+bool IsRegexWordCharacter(char32_t cp);
+
+// Appends Rust's char::to_lowercase of `cp` (Unicode 17.0; one to three code points, no
+// context: a final sigma is not special).
+void AppendLowercase(char32_t cp, std::string* out);
 
 // The classes of the GPT-2 pattern `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|
 // ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+` as the reference (Oniguruma) evaluates it: kLetter is
@@ -45,6 +113,19 @@ inline char32_t DecodeUtf8(absl::string_view text, size_t pos, size_t* length) {
          (char32_t{p[2] & 0x3Fu} << 6) | (p[3] & 0x3Fu);
 }
 
+// The byte length of the UTF-8 sequence whose lead byte is `lead` (valid UTF-8 assumed).
+inline size_t Utf8Length(unsigned char lead) {
+  return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+}
+
+// The start of the code point that ends at `text[pos - 1]` (pos > 0, valid UTF-8).
+inline size_t PreviousCodePoint(absl::string_view text, size_t pos) {
+  do {
+    --pos;
+  } while (pos > 0 && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80);
+  return pos;
+}
+
 // Appends the UTF-8 encoding of `cp` to `out`.
 void AppendUtf8(char32_t cp, std::string* out);
 
@@ -56,14 +137,33 @@ size_t ValidUtf8Length(absl::string_view text, size_t pos);
 // OK when `text` is valid UTF-8; otherwise INVALID_ARGUMENT naming the first bad byte.
 absl::Status CheckUtf8(absl::string_view text);
 
+// Whether `bytes` are UTF-8: all valid, valid but for an unfinished sequence at the end, or
+// invalid (no bytes appended can make them valid).
+enum class Utf8Prefix : uint8_t { kComplete, kUnfinished, kInvalid };
+Utf8Prefix ClassifyUtf8(absl::string_view bytes);
+
+// True when `text` is valid UTF-8 (CheckUtf8 without the message).
+bool IsValidUtf8(absl::string_view text);
+
 // True when every byte of `text` is ASCII.
 bool IsAscii(absl::string_view text);
 
-// True when `text` (valid UTF-8) is already in NFC, so normalizing would not change it.
-bool IsNfc(absl::string_view text);
+// The Unicode normalization forms, with the reference's data: Unicode 9.0, so characters
+// assigned later are left as they are and never combine (ICU alone would compose or reorder
+// some of them).
+enum class NormalForm : uint8_t { kNfc, kNfd, kNfkc, kNfkd };
 
-// The NFC form of `text` (valid UTF-8).
-absl::StatusOr<std::string> ToNfc(absl::string_view text);
+// True when normalizing `text` (valid UTF-8) to `form` would not change it.
+bool IsNormalized(NormalForm form, absl::string_view text);
+
+// The `form` of `text` (valid UTF-8).
+absl::StatusOr<std::string> Normalize(NormalForm form, absl::string_view text);
+
+// NFC, the form GPT-NeoX uses.
+inline bool IsNfc(absl::string_view text) { return IsNormalized(NormalForm::kNfc, text); }
+inline absl::StatusOr<std::string> ToNfc(absl::string_view text) {
+  return Normalize(NormalForm::kNfc, text);
+}
 
 // Appends `bytes` to `out` with every maximal invalid subpart replaced by U+FFFD.
 // With `final` false, an incomplete sequence at the very end (one that more bytes could

@@ -6,14 +6,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/tokenizer_json.h"
 
 namespace coil::tokenizer {
@@ -59,11 +62,12 @@ TEST(BpeTest, BytesWithoutATokenAreDropped) {
 
 // The textbook loop of GPT-2's encoder.py, over token ids.
 std::vector<int32_t> TextbookBpe(const TokenizerSpec& spec,
+                                 const std::array<int32_t, 256>& byte_tokens,
                                  const absl::flat_hash_map<uint64_t, int>& ranks,
                                  const std::string& word) {
   std::vector<int32_t> symbols;
   for (char c : word) {
-    const int32_t token = spec.byte_tokens[static_cast<unsigned char>(c)];
+    const int32_t token = byte_tokens[static_cast<unsigned char>(c)];
     if (token >= 0) symbols.push_back(token);  // no token for the byte: dropped
   }
   const auto key = [](int32_t a, int32_t b) {
@@ -100,11 +104,22 @@ TEST(BpeTest, MatchesTheTextbookLoopOnGptNeoxMerges) {
   absl::flat_hash_map<uint64_t, int> ranks;
   for (size_t rank = 0; rank < spec->merges.size(); ++rank) {
     const MergeRule& rule = spec->merges[rank];
-    ranks.try_emplace((static_cast<uint64_t>(static_cast<uint32_t>(rule.left)) << 32) |
-                          static_cast<uint32_t>(rule.right),
-                      static_cast<int>(rank));
+    // A later rule for the same pair replaces an earlier one, as in the reference.
+    ranks.insert_or_assign((static_cast<uint64_t>(static_cast<uint32_t>(rule.left)) << 32) |
+                               static_cast<uint32_t>(rule.right),
+                           static_cast<int>(rank));
   }
-  const BpeModel model(spec->byte_tokens, spec->merges);
+  // The token of each byte: the vocabulary entry spelling it in ByteLevel characters.
+  std::array<int32_t, 256> byte_tokens;
+  byte_tokens.fill(-1);
+  for (size_t id = 0; id < spec->model_tokens.size(); ++id) {
+    const std::optional<std::string> bytes = ByteLevelToBytes(spec->model_tokens[id]);
+    if (spec->model_present[id] && bytes.has_value() && bytes->size() == 1) {
+      byte_tokens[static_cast<unsigned char>((*bytes)[0])] = static_cast<int32_t>(id);
+    }
+  }
+  ASSERT_TRUE(spec->bpe.byte_level);
+  const BpeModel model(spec->model_tokens, spec->model_present, spec->merges, spec->bpe);
   // Words: ASCII letters (the common case), long runs, and random UTF-8-ish bytes.
   std::mt19937 rng(11);
   const std::string letters = "etaoinshrdlucmfwypvbgkjqxz";
@@ -121,7 +136,7 @@ TEST(BpeTest, MatchesTheTextbookLoopOnGptNeoxMerges) {
     }
     std::vector<int32_t> fast;
     model.EncodeUncached(word, &fast);
-    ASSERT_EQ(fast, TextbookBpe(*spec, ranks, word)) << word;
+    ASSERT_EQ(fast, TextbookBpe(*spec, byte_tokens, ranks, word)) << word;
     // The cached path gives the same, the first time (filling) and the second (hit).
     ASSERT_EQ(EncodeWord(model, word), fast);
     ASSERT_EQ(EncodeWord(model, word), fast);

@@ -1,6 +1,6 @@
 // The GPT-2 split, on inputs whose pieces were worked out by hand from the pattern
 // `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
-#include "engine/tokenizer/pre_tokenizer.h"
+#include "engine/tokenizer/gpt2_split.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -154,37 +154,106 @@ TEST(UnsupportedTokenizerTest, OtherModelType) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("model type 'WordPiece'"));
 }
 
-// The Llama / Mistral (Mamba-Codestral) layout: SentencePiece-style BPE.
-TEST(UnsupportedTokenizerTest, SentencePieceStyleNamesWhatIsMissing) {
+// Everything a file needs that coil lacks is named, with where it sits in the file, at once.
+TEST(UnsupportedTokenizerTest, NamesEachComponentAndWhereItIs) {
   Json json = TinyTokenizer();
-  json["model"]["byte_fallback"] = true;
-  json["normalizer"] = {
-      {"type", "Sequence"},
-      {"normalizers", {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}}, {{"type", "Replace"}}}}};
-  json["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}};
-  json["decoder"] = {{"type", "Sequence"},
-                     {"decoders",
-                      {{{"type", "Replace"}},
-                       {{"type", "ByteFallback"}},
-                       {{"type", "Fuse"}},
-                       {{"type", "Strip"}}}}};
-  json["post_processor"] = {{"type", "TemplateProcessing"}};
+  json["normalizer"] = {{"type", "Sequence"},
+                        {"normalizers", {{{"type", "NFC"}}, {{"type", "BertNormalizer"}}}}};
+  json["pre_tokenizer"] = {{"type", "Sequence"},
+                           {"pretokenizers",
+                            {{{"type", "Split"},
+                              {"pattern", {{"Regex", "(?<=a)b"}}},
+                              {"behavior", "Isolated"},
+                              {"invert", false}},
+                             {{"type", "UnicodeScripts"}},
+                             {{"type", "ByteLevel"}, {"add_prefix_space", false}},
+                             {{"type", "Digits"}, {"individual_digits", true}}}}};
+  json["decoder"] = {{"type", "WordPiece"}, {"prefix", "##"}};
+  json["post_processor"] = {{"type", "RobertaProcessing"}};
+  json["model"]["dropout"] = 0.1;
+  json["model"]["continuing_subword_prefix"] = "##";
+  json["truncation"] = {{"max_length", 512}};
   const absl::Status status = LoadStatus(json.dump());
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
   const std::string message(status.message());
   for (const char* missing :
-       {"pre_tokenizer 'Metaspace'", "BPE byte_fallback", "decoder 'ByteFallback'",
-        "normalizer 'Prepend'", "post_processor 'TemplateProcessing'", "SentencePiece"}) {
+       {"normalizer.normalizers[1]: normalizer 'BertNormalizer'",
+        "pre_tokenizer.pretokenizers[0].pattern: ", "a lookbehind",
+        "pre_tokenizer.pretokenizers[1]: pre-tokenizer 'UnicodeScripts'",
+        "pre_tokenizer.pretokenizers[3]: pre-tokenizer 'Digits' after a "
+        "ByteLevel pre-tokenizer",
+        "decoder: decoder 'WordPiece'", "post_processor: post-processor 'RobertaProcessing'",
+        "model.dropout: BPE dropout", "model.continuing_subword_prefix", "truncation"}) {
     EXPECT_THAT(message, HasSubstr(missing));
   }
 }
 
-TEST(UnsupportedTokenizerTest, AddedTokenOptions) {
+// The added-token options, with ids worked out by hand from the rules the reference applies:
+// lstrip takes the whitespace before the token into it, rstrip the whitespace after it, and
+// single_word refuses a match that touches a word character (the text is then encoded as
+// if the token were not there).
+TEST(TinyTokenizerTest, AddedTokenOptions) {
   Json json = TinyTokenizer();
-  json["added_tokens"][0]["lstrip"] = true;
-  const absl::Status status = LoadStatus(json.dump());
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("added token '<s>' with lstrip true"));
+  json["added_tokens"].push_back({{"id", 262},
+                                  {"content", "<l>"},
+                                  {"special", true},
+                                  {"normalized", false},
+                                  {"lstrip", true}});
+  json["added_tokens"].push_back({{"id", 263},
+                                  {"content", "<r>"},
+                                  {"special", true},
+                                  {"normalized", false},
+                                  {"rstrip", true}});
+  json["added_tokens"].push_back({{"id", 264},
+                                  {"content", "xy"},
+                                  {"special", false},
+                                  {"normalized", false},
+                                  {"single_word", true}});
+  const auto tokenizer = Load(json);
+  ASSERT_NE(tokenizer, nullptr);
+  // Without lstrip "a  " would end in two space bytes.
+  EXPECT_THAT(Ids(*tokenizer, "a  <l>b"), ElementsAre('a', 262, 'b'));
+  EXPECT_THAT(Ids(*tokenizer, "a<r>  b"), ElementsAre('a', 263, 'b'));
+  EXPECT_THAT(Ids(*tokenizer, "a <r>\n b"), ElementsAre('a', ' ', 263, 'b'));
+  EXPECT_THAT(Ids(*tokenizer, "xy z"), ElementsAre(264, ' ', 'z'));
+  EXPECT_THAT(Ids(*tokenizer, "axy z"), ElementsAre('a', 'x', 'y', ' ', 'z'));
+  EXPECT_THAT(Ids(*tokenizer, "(xy)"), ElementsAre('(', 264, ')'));
+  // Decoding gives the tokens' content, the stripped whitespace gone.
+  EXPECT_EQ(tokenizer->Decode(Ids(*tokenizer, "a  <l>b")).value(), "a<l>b");
+}
+
+// The reference gives an added token that is not in the vocabulary the next free id, not
+// the one the file writes.
+TEST(TinyTokenizerTest, AddedTokensTakeTheNextFreeId) {
+  Json json = TinyTokenizer();
+  json["added_tokens"].push_back({{"id", 300}, {"content", "<x>"}, {"special", true}});
+  json["added_tokens"].push_back({{"id", 7}, {"content", "hi"}, {"special", true}});
+  const auto tokenizer = Load(json);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->AddedTokenId("<x>"), 262);
+  EXPECT_EQ(tokenizer->AddedTokenId("hi"), 258);  // a vocabulary entry keeps its id
+  EXPECT_EQ(tokenizer->vocab_size(), 263);
+}
+
+// Post-processor special tokens come only when asked for.
+TEST(TinyTokenizerTest, TemplateProcessingWhenAsked) {
+  Json json = TinyTokenizer();
+  json["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single",
+       {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+        "<s>:0"}},
+      {"pair", Json::array()},
+      {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {260}}, {"tokens", {"<s>"}}}}}}};
+  const auto tokenizer = Load(json);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_THAT(tokenizer->Encode("hi", false).value(), ElementsAre(258));
+  EXPECT_THAT(tokenizer->Encode("hi", true).value(), ElementsAre(260, 258, 260));
+  EXPECT_THAT(tokenizer->special_prefix(), ElementsAre(260));
+  EXPECT_THAT(tokenizer->special_suffix(), ElementsAre(260));
+  json["post_processor"]["special_tokens"]["<s>"]["ids"] = {9999};
+  EXPECT_THAT(std::string(LoadStatus(json.dump()).message()), HasSubstr("9999"));
 }
 
 class TokenizerFilesTest : public testing::Test {
@@ -203,12 +272,12 @@ class TokenizerFilesTest : public testing::Test {
   std::filesystem::path dir_;
 };
 
-// The files are told apart by their vocabulary sizes: the tiny one 262, the override 301,
-// the shipped GPT-NeoX one 50277.
+// The files are told apart by their vocabulary sizes: the tiny one 262, the override 263
+// (its "<x>" takes the next free id, 262), the shipped GPT-NeoX one 50277.
 TEST_F(TokenizerFilesTest, OverrideThenModelDirectoryThenShipped) {
   const std::string model = (dir_ / "model").string();
   const std::string override_path = (dir_ / "override.json").string();
-  EXPECT_EQ(LoadTokenizerForModel(model, override_path).value()->vocab_size(), 301);
+  EXPECT_EQ(LoadTokenizerForModel(model, override_path).value()->vocab_size(), 263);
   EXPECT_EQ(LoadTokenizerForModel(model, "").value()->vocab_size(), 262);
   EXPECT_EQ(LoadTokenizerForModel((dir_ / "empty_model").string(), "").value()->vocab_size(),
             50277);

@@ -1,5 +1,6 @@
-// Tests of the Unicode layer: the split pattern's character classes against the reference's
-// own classification of every code point, UTF-8 decoding, validation and lossy repair.
+// Tests of the Unicode layer: every code point's properties against the reference's own
+// answers (unicode_properties.json, gpt_neox_char_classes.json), UTF-8 decoding, validation
+// and lossy repair.
 #include "engine/tokenizer/unicode.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "engine/tokenizer/byte_level.h"
+#include "engine/tokenizer/regex.h"
 
 namespace coil::tokenizer {
 namespace {
@@ -41,6 +43,169 @@ TEST(CharClassTest, EveryCodePointMatchesTheReference) {
     }
   }
   EXPECT_EQ(mismatches, 0);
+}
+
+// unicode_properties.json was produced by probing the reference with every code point
+// (tests/data/tokenizer/gen_family_vectors.mjs).
+class UnicodePropertiesTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::ifstream file(COIL_TOKENIZER_TEST_DATA_DIR "/unicode_properties.json");
+    ASSERT_TRUE(file) << "missing unicode_properties.json";
+    properties_ = new nlohmann::json(nlohmann::json::parse(file));
+  }
+  static std::vector<bool> Members(const nlohmann::json& runs) {
+    std::vector<bool> members(0x110000, false);
+    for (const auto& run : runs) {
+      for (char32_t cp = run[0].get<char32_t>(); cp <= run[1].get<char32_t>(); ++cp)
+        members[cp] = true;
+    }
+    return members;
+  }
+  static bool IsScalar(char32_t cp) { return cp < 0xD800 || cp > 0xDFFF; }
+  // Checks `test` against the runs of `key`; reports mismatches as ranges.
+  template <typename Test>
+  static void ExpectSame(const nlohmann::json& runs, Test test, const std::string& what) {
+    const std::vector<bool> expected = Members(runs);
+    int mismatches = 0;
+    for (char32_t cp = 0; cp < 0x110000; ++cp) {
+      if (!IsScalar(cp) || test(cp) == expected[cp]) continue;
+      if (++mismatches <= 10) {
+        ADD_FAILURE() << what << ": U+" << std::hex << static_cast<uint32_t>(cp) << " is "
+                      << (expected[cp] ? "in" : "not in") << " it for the reference";
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << what;
+  }
+  static nlohmann::json* properties_;
+};
+nlohmann::json* UnicodePropertiesTest::properties_ = nullptr;
+
+// The general categories of the reference's regular expressions (Unicode 16.0). A mismatch
+// is printed as an entry of unicode.cc's kUnicode16 table, to update it with.
+TEST_F(UnicodePropertiesTest, CategoriesOfEveryCodePoint) {
+  std::vector<int> expected(0x110000, -1);
+  for (const auto& [name, runs] : (*properties_)["regex_categories"].items()) {
+    int category = -1;
+    for (int c = 0; c < kCategoryCount; ++c) {
+      if (CategoryName(static_cast<Category>(c)) == name) category = c;
+    }
+    ASSERT_GE(category, 0) << name;
+    for (const auto& run : runs) {
+      for (char32_t cp = run[0].get<char32_t>(); cp <= run[1].get<char32_t>(); ++cp)
+        expected[cp] = category;
+    }
+  }
+  int mismatches = 0;
+  for (char32_t cp = 0; cp < 0x110000; ++cp) {
+    if (!IsScalar(cp)) continue;
+    const int got = static_cast<int>(CategoryOf(cp));
+    if (got != expected[cp] && ++mismatches <= 20) {
+      ADD_FAILURE() << "U+" << std::hex << static_cast<uint32_t>(cp) << " is "
+                    << CategoryName(static_cast<Category>(got)) << "; the reference has {0x"
+                    << static_cast<uint32_t>(cp) << ", 0x" << static_cast<uint32_t>(cp)
+                    << ", Category::k"
+                    << (expected[cp] < 0
+                            ? "?"
+                            : std::string(CategoryName(static_cast<Category>(expected[cp]))))
+                    << "}";
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// Each class through coil's regular expressions: the code points a pattern matching one
+// character of the class finds in the text of all code points.
+TEST_F(UnicodePropertiesTest, RegexClassesOfEveryCodePoint) {
+  std::string all;
+  std::vector<char32_t> at;  // the code point starting at each byte offset
+  for (char32_t cp = 0; cp < 0x110000; ++cp) {
+    if (!IsScalar(cp)) continue;
+    const size_t start = all.size();
+    AppendUtf8(cp, &all);
+    at.resize(all.size(), 0);
+    at[start] = cp;
+  }
+  std::vector<std::pair<std::string, const nlohmann::json*>> classes;
+  for (const auto& [name, runs] : (*properties_)["regex_classes"].items()) {
+    classes.emplace_back(name, &runs);
+  }
+  for (const auto& [name, runs] : (*properties_)["regex_categories"].items()) {
+    classes.emplace_back("\\p{" + name + "}", &runs);
+  }
+  for (const auto& [pattern, runs] : classes) {
+    const auto regex = Regex::Compile(pattern);
+    ASSERT_TRUE(regex.ok()) << regex.status();
+    std::vector<bool> matched(0x110000, false);
+    (*regex)->ForEachMatch(all, [&](size_t start, size_t end) {
+      if (end > start) matched[at[start]] = true;
+    });
+    ExpectSame(
+        *runs, [&](char32_t cp) { return static_cast<bool>(matched[cp]); }, pattern);
+  }
+}
+
+TEST_F(UnicodePropertiesTest, PreTokenizerPredicatesOfEveryCodePoint) {
+  ExpectSame((*properties_)["punctuation"], IsPunctuation, "Punctuation");
+  ExpectSame((*properties_)["numeric"], IsNumeric, "Digits (is_numeric)");
+  ExpectSame((*properties_)["whitespace"], IsWhiteSpace, "WhitespaceSplit (is_whitespace)");
+  ExpectSame((*properties_)["rust_word"], IsWordCharacter, "Whitespace (\\w)");
+}
+
+TEST_F(UnicodePropertiesTest, LowercaseOfEveryCodePoint) {
+  std::vector<std::u32string> expected(0x110000);
+  for (const auto& entry : (*properties_)["lowercase"]) {
+    std::u32string lower;
+    for (const auto& cp : entry[1]) lower.push_back(cp.get<char32_t>());
+    expected[entry[0].get<char32_t>()] = lower;
+  }
+  int mismatches = 0;
+  for (char32_t cp = 0; cp < 0x110000; ++cp) {
+    if (!IsScalar(cp)) continue;
+    std::string got;
+    AppendLowercase(cp, &got);
+    std::string want;
+    if (expected[cp].empty()) {
+      AppendUtf8(cp, &want);
+    } else {
+      for (const char32_t c : expected[cp]) AppendUtf8(c, &want);
+    }
+    if (got != want && ++mismatches <= 10) {
+      ADD_FAILURE() << "lowercase of U+" << std::hex << static_cast<uint32_t>(cp);
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// FNV-1a of each block of 4096 code points' normalized forms, each normalized alone (between
+// U+E000, which never combines), computed here as gen_family_vectors.mjs computes it.
+TEST_F(UnicodePropertiesTest, NormalizationOfEveryCodePoint) {
+  const std::pair<const char*, NormalForm> forms[] = {{"NFC", NormalForm::kNfc},
+                                                      {"NFD", NormalForm::kNfd},
+                                                      {"NFKC", NormalForm::kNfkc},
+                                                      {"NFKD", NormalForm::kNfkd}};
+  for (const auto& [name, form] : forms) {
+    const auto& hashes = (*properties_)["normalization_fnv1a_per_4096"][name];
+    ASSERT_EQ(hashes.size(), 0x110u);
+    for (char32_t block = 0; block < 0x110000; block += 4096) {
+      std::string text;
+      for (char32_t cp = block; cp < block + 4096; ++cp) {
+        if (!IsScalar(cp) || cp == 0xE000) continue;
+        if (!text.empty()) AppendUtf8(0xE000, &text);
+        AppendUtf8(cp, &text);
+      }
+      const absl::StatusOr<std::string> normalized = Normalize(form, text);
+      ASSERT_TRUE(normalized.ok()) << normalized.status();
+      uint64_t hash = 0xcbf29ce484222325ull;
+      for (const char c : *normalized) {
+        hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+      }
+      char hex[17];
+      std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));
+      EXPECT_EQ(hex, hashes[block / 4096].get<std::string>())
+          << name << " of the block at U+" << std::hex << static_cast<uint32_t>(block);
+    }
+  }
 }
 
 // Encoding then decoding every scalar value gives it back, with the length UTF-8 defines
