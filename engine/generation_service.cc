@@ -155,7 +155,7 @@ absl::StatusOr<GenerationInput> ToInput(const GenerateRequest& request,
   switch (request.prompt_case()) {
     case GenerateRequest::kText: {
       COIL_RETURN_IF_ERROR(ValidateText("the prompt text", request.text(), limits));
-      auto ids = tokenizer.Encode(request.text());
+      auto ids = tokenizer.Encode(request.text(), request.add_special_tokens());
       if (!ids.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("the prompt text: ", ids.status().message()));
       }
@@ -241,7 +241,7 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
   if (!status.ok()) LogMalformedRequest("Tokenize", status);
   if (status.ok()) status = ValidateText("the text", request.text(), limits_);
   absl::StatusOr<std::vector<int32_t>> ids =
-      status.ok() ? tokenizer_.Encode(request.text()) : status;
+      status.ok() ? tokenizer_.Encode(request.text(), request.add_special_tokens()) : status;
   if (!ids.ok()) {
     reactor->Finish(ToGrpcStatus(ids.status()));
     return reactor;

@@ -400,7 +400,7 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
   const model::Model& model = runtime.model();
   RuntimeExecutor executor(runtime);
   SchedulerConfig config = plan.scheduler;
-  config.eos_token_id = tok.AddedTokenId("<|endoftext|>").value_or(-1);
+  config.eos_token_id = tokenizer::EndOfSequenceId(tok).value_or(-1);
   auto scheduler = Scheduler::Create(config);
   if (!scheduler.ok()) {
     std::fprintf(stderr, "coil-serve: %s\n", scheduler.status().ToString().c_str());

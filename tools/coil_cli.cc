@@ -33,6 +33,9 @@ ABSL_FLAG(bool, ignore_eos, false, "generate: keep going after the end-of-text t
 ABSL_FLAG(int32_t, cache_prefix_tokens, 0,
           "generate: also keep the server's prefix-cache snapshot after this many prompt tokens");
 ABSL_FLAG(bool, print_ids, false, "generate: print the generated ids instead of text");
+ABSL_FLAG(bool, add_special_tokens, false,
+          "generate, tokenize: put the tokenizer's special tokens around the text, as its "
+          "post-processor says (Llama 2's BOS <s>, say)");
 ABSL_FLAG(int32_t, timeout_ms, 0, "deadline of the call in milliseconds (0: none)");
 ABSL_FLAG(int32_t, connect_timeout_ms, 5000, "how long to wait for the server");
 
@@ -48,18 +51,24 @@ int Fail(const std::string& what, const absl::Status& status) {
 
 const char* FinishName(coil::v1::FinishReason reason) {
   switch (reason) {
-    case coil::v1::FINISH_REASON_LENGTH: return "length";
-    case coil::v1::FINISH_REASON_STOP: return "stop";
-    case coil::v1::FINISH_REASON_EOS: return "eos";
-    case coil::v1::FINISH_REASON_CANCELLED: return "cancelled";
-    default: return "unspecified";
+    case coil::v1::FINISH_REASON_LENGTH:
+      return "length";
+    case coil::v1::FINISH_REASON_STOP:
+      return "stop";
+    case coil::v1::FINISH_REASON_EOS:
+      return "eos";
+    case coil::v1::FINISH_REASON_CANCELLED:
+      return "cancelled";
+    default:
+      return "unspecified";
   }
 }
 
 int Generate(Client& client, const std::vector<std::string>& args) {
   coil::v1::GenerateRequest request;
   if (!absl::GetFlag(FLAGS_ids).empty()) {
-    for (absl::string_view piece : absl::StrSplit(absl::GetFlag(FLAGS_ids), ',', absl::SkipEmpty())) {
+    for (absl::string_view piece :
+         absl::StrSplit(absl::GetFlag(FLAGS_ids), ',', absl::SkipEmpty())) {
       int32_t id = 0;
       if (!absl::SimpleAtoi(piece, &id)) {
         return Fail("--ids", absl::InvalidArgumentError(std::string(piece) + " is not a token id"));
@@ -68,6 +77,7 @@ int Generate(Client& client, const std::vector<std::string>& args) {
     }
   } else if (args.size() == 3) {
     request.set_text(args[2]);
+    request.set_add_special_tokens(absl::GetFlag(FLAGS_add_special_tokens));
   } else {
     return Fail("generate", absl::InvalidArgumentError("give a PROMPT or --ids 1,2,3"));
   }
@@ -135,7 +145,7 @@ int Info(Client& client) {
 
 int Tokenize(Client& client, const std::vector<std::string>& args) {
   if (args.size() != 3) return Fail("tokenize", absl::InvalidArgumentError("give the TEXT"));
-  auto ids = client.Tokenize(args[2]);
+  auto ids = client.Tokenize(args[2], absl::GetFlag(FLAGS_add_special_tokens));
   if (!ids.ok()) return Fail("tokenize", ids.status());
   std::printf("%s\n", absl::StrJoin(*ids, ",").c_str());
   return 0;
@@ -144,7 +154,8 @@ int Tokenize(Client& client, const std::vector<std::string>& args) {
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coil-cli --target HOST:PORT (generate (\"PROMPT\" | --ids 1,2,3) [--max-tokens N] "
-      "[--temperature T] [--seed S] [--print-ids] | info | tokenize \"TEXT\")");
+      "[--temperature T] [--seed S] [--print-ids] [--add-special-tokens] | info | tokenize "
+      "\"TEXT\" [--add-special-tokens])");
   const std::vector<std::string> args = ParseDashedCommandLine(argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage().data());

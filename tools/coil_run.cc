@@ -154,7 +154,7 @@ class TextCodec {
   }
   std::optional<int32_t> EndOfText() const {
 #if COIL_WITH_TOKENIZER
-    return tok_->AddedTokenId("<|endoftext|>");
+    return tokenizer::EndOfSequenceId(*tok_);
 #else
     return std::nullopt;
 #endif

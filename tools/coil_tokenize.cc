@@ -1,10 +1,13 @@
 // coil-tokenize: text to token ids and back, one JSON value per line, for tests and for
-// checking what a prompt becomes.
+// checking what a prompt becomes with a model's tokenizer.
 //
 //   echo '"Hello world"' | coil-tokenize                  prints [12092,1533]
 //   echo '[12092,1533]' | coil-tokenize --decode           prints "Hello world"
+//   echo '"Hello world"' | coil-tokenize --tokenizer llama2/tokenizer.json --add_special_tokens
+//                                                         prints [1,22557,1526]
 //
-// Without --tokenizer it uses the GPT-NeoX-20B tokenizer shipped with coil.
+// Without --tokenizer it uses the GPT-NeoX-20B tokenizer shipped with coil. Any BPE
+// tokenizer.json works; one that needs what coil lacks is refused, naming it.
 #include <cstdint>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -23,6 +26,9 @@ ABSL_FLAG(std::string, tokenizer, "",
 ABSL_FLAG(bool, decode, false,
           "read JSON arrays of ids and print JSON strings, instead of the reverse");
 ABSL_FLAG(bool, skip_special_tokens, false, "with --decode: leave out special tokens");
+ABSL_FLAG(bool, add_special_tokens, false,
+          "when encoding: put the special tokens the tokenizer's post-processor adds around the "
+          "ids (Llama 2's BOS <s>, say)");
 
 namespace {
 
@@ -30,7 +36,7 @@ using Json = nlohmann::json;
 
 // Converts one input line; on bad input returns false with `error` set.
 bool ConvertLine(const coil::tokenizer::Tokenizer& tokenizer, const std::string& line, bool decode,
-                 bool skip_special, std::string* output, std::string* error) {
+                 bool skip_special, bool add_special, std::string* output, std::string* error) {
   const Json value = Json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) {
     *error = "not valid JSON";
@@ -41,7 +47,7 @@ bool ConvertLine(const coil::tokenizer::Tokenizer& tokenizer, const std::string&
       *error = "expected a JSON string (use --decode for arrays of ids)";
       return false;
     }
-    const auto ids = tokenizer.Encode(value.get_ref<const std::string&>());
+    const auto ids = tokenizer.Encode(value.get_ref<const std::string&>(), add_special);
     if (!ids.ok()) {
       *error = std::string(ids.status().message());
       return false;
@@ -74,8 +80,9 @@ bool ConvertLine(const coil::tokenizer::Tokenizer& tokenizer, const std::string&
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "coil-tokenize [--tokenizer FILE] [--decode]: reads one JSON string per line from stdin "
-      "and prints its token ids as a JSON array (--decode: the reverse)");
+      "coil-tokenize [--tokenizer FILE] [--add_special_tokens] [--decode "
+      "[--skip_special_tokens]]: reads one JSON string per line from stdin and prints its token "
+      "ids as a JSON array (--decode: the reverse)");
   coil::ParseDashedCommandLine(argc, argv);
   auto tokenizer = coil::tokenizer::LoadTokenizerForModel("", absl::GetFlag(FLAGS_tokenizer));
   if (!tokenizer.ok()) {
@@ -84,11 +91,12 @@ int main(int argc, char** argv) {
   }
   const bool decode = absl::GetFlag(FLAGS_decode);
   const bool skip_special = absl::GetFlag(FLAGS_skip_special_tokens);
+  const bool add_special = absl::GetFlag(FLAGS_add_special_tokens);
   std::string line;
   std::string output;
   std::string error;
   for (int64_t number = 1; std::getline(std::cin, line); ++number) {
-    if (!ConvertLine(**tokenizer, line, decode, skip_special, &output, &error)) {
+    if (!ConvertLine(**tokenizer, line, decode, skip_special, add_special, &output, &error)) {
       std::cerr << "coil-tokenize: line " << number << ": " << error << "\n";
       return 1;
     }

@@ -95,10 +95,12 @@ absl::StatusOr<coil::v1::ModelInfo> Client::Info() {
   return info;
 }
 
-absl::StatusOr<std::vector<int32_t>> Client::Tokenize(const std::string& text) {
+absl::StatusOr<std::vector<int32_t>> Client::Tokenize(const std::string& text,
+                                                      bool add_special_tokens) {
   grpc::ClientContext context;
   coil::v1::TokenizeRequest request;
   request.set_text(text);
+  request.set_add_special_tokens(add_special_tokens);
   coil::v1::TokenizeResponse response;
   const grpc::Status status = stubs_->generation->Tokenize(&context, request, &response);
   if (!status.ok()) return FromGrpc(status);

@@ -67,7 +67,8 @@ class Client {
                                       const ResponseCallback& on_response = nullptr,
                                       const CallOptions& options = {});
   absl::StatusOr<coil::v1::ModelInfo> Info();
-  absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text);
+  absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text,
+                                                bool add_special_tokens = false);
   absl::StatusOr<std::string> Detokenize(const std::vector<int32_t>& ids,
                                          bool skip_special_tokens = false);
   // grpc.health.v1.Health/Check for `service` ("" is the server as a whole): true when

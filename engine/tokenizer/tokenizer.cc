@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string
   }
   auto tokenizer = FromJson(contents.str(), options);
   if (!tokenizer.ok()) return Annotate(tokenizer.status(), path);
+  (*tokenizer)->source_path_ = path;
   return tokenizer;
 }
 

@@ -93,6 +93,9 @@ class Tokenizer {
   // One more than the largest id (50277 for GPT-NeoX-20B).
   int32_t vocab_size() const { return static_cast<int32_t>(present_.size()); }
 
+  // The file it was loaded from (FromFile), or empty.
+  const std::string& source_path() const { return source_path_; }
+
   // A new decoding stream (for IncrementalDetokenizer).
   Decoder::Stream NewDecodeStream() const { return decoder_.NewStream(); }
 
@@ -122,6 +125,7 @@ class Tokenizer {
   std::vector<int32_t> special_suffix_;
   std::vector<AddedTokenSpec> added_tokens_;
   std::string description_;
+  std::string source_path_;
 };
 
 }  // namespace coil::tokenizer

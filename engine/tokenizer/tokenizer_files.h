@@ -6,6 +6,7 @@
 #define COIL_ENGINE_TOKENIZER_TOKENIZER_FILES_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,9 +27,27 @@ absl::StatusOr<std::string> ShippedTokenizerPath();
 absl::StatusOr<std::string> TokenizerPathForModel(const std::string& model_dir,
                                                   const std::string& override_path);
 
-// Loads the file TokenizerPathForModel names.
+// Loads the file TokenizerPathForModel names, and logs what it holds (its pipeline, its
+// special tokens).
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& model_dir,
                                                                  const std::string& override_path);
+
+// The special tokens tokenizer_config.json (beside the tokenizer's file) names, by content:
+// each is a string or an object with "content". Absent ones are empty.
+struct TokenizerConfigTokens {
+  std::string bos_token;
+  std::string eos_token;
+  std::string pad_token;
+  std::string unk_token;
+};
+// NOT_FOUND when there is no tokenizer_config.json beside `tokenizer_path`;
+// INVALID_ARGUMENT when it is not a JSON object.
+absl::StatusOr<TokenizerConfigTokens> ReadTokenizerConfig(const std::string& tokenizer_path);
+
+// The end-of-sequence token generation stops at: tokenizer_config.json's eos_token when the
+// tokenizer came from a file with one beside it, else the added token "<|endoftext|>" (the
+// GPT-NeoX-20B file's), else none.
+std::optional<int32_t> EndOfSequenceId(const Tokenizer& tokenizer);
 
 }  // namespace coil::tokenizer
 

