@@ -840,11 +840,16 @@ absl::StatusOr<TokenizerSpec> ParseTokenizerJson(absl::string_view json_text) {
     COIL_RETURN_IF_ERROR(ReadPreTokenizer(root, &reader, &spec));
     COIL_RETURN_IF_ERROR(ReadDecoder(root, &reader, &spec));
     COIL_RETURN_IF_ERROR(ReadPostProcessor(root, &reader, &spec));
-    for (const char* key : {"truncation", "padding"}) {
-      if (!Field(root, key).is_null()) {
-        reader.Unsupported(
-            key, absl::StrCat(key, " (coil bounds prompts itself; set \"", key, "\" to null)"));
-      }
+    if (!Field(root, "truncation").is_null()) {
+      reader.Unsupported("truncation",
+                         "truncation (coil bounds prompts itself; set \"truncation\" to null)");
+    }
+    // Padding to the longest sequence of a batch leaves a single sequence as it is.
+    const Json& padding = Field(root, "padding");
+    if (!padding.is_null() && !(Field(padding, "strategy") == "BatchLongest" &&
+                                Field(padding, "pad_to_multiple_of").is_null())) {
+      reader.Unsupported("padding",
+                         "padding to a fixed length or multiple (set \"padding\" to null)");
     }
   } catch (const Json::exception& error) {
     return Malformed(error.what());

@@ -173,6 +173,7 @@ TEST(UnsupportedTokenizerTest, NamesEachComponentAndWhereItIs) {
   json["model"]["dropout"] = 0.1;
   json["model"]["continuing_subword_prefix"] = "##";
   json["truncation"] = {{"max_length", 512}};
+  json["padding"] = {{"strategy", {{"Fixed", 512}}}, {"pad_id", 0}};
   const absl::Status status = LoadStatus(json.dump());
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
   const std::string message(status.message());
@@ -183,7 +184,8 @@ TEST(UnsupportedTokenizerTest, NamesEachComponentAndWhereItIs) {
         "pre_tokenizer.pretokenizers[3]: pre-tokenizer 'Digits' after a "
         "ByteLevel pre-tokenizer",
         "decoder: decoder 'WordPiece'", "post_processor: post-processor 'RobertaProcessing'",
-        "model.dropout: BPE dropout", "model.continuing_subword_prefix", "truncation"}) {
+        "model.dropout: BPE dropout", "model.continuing_subword_prefix", "truncation",
+        "padding: padding to a fixed length"}) {
     EXPECT_THAT(message, HasSubstr(missing));
   }
 }
@@ -220,6 +222,15 @@ TEST(TinyTokenizerTest, AddedTokenOptions) {
   EXPECT_THAT(Ids(*tokenizer, "(xy)"), ElementsAre('(', 264, ')'));
   // Decoding gives the tokens' content, the stripped whitespace gone.
   EXPECT_EQ(tokenizer->Decode(Ids(*tokenizer, "a  <l>b")).value(), "a<l>b");
+}
+
+// Padding to a batch's longest sequence changes no single encoding: accepted.
+TEST(TinyTokenizerTest, BatchLongestPaddingIsHarmless) {
+  Json json = TinyTokenizer();
+  json["padding"] = {{"strategy", "BatchLongest"}, {"pad_to_multiple_of", nullptr}, {"pad_id", 0}};
+  const auto tokenizer = Load(json);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_THAT(Ids(*tokenizer, "hi hi"), ElementsAre(258, 259));
 }
 
 // The reference gives an added token that is not in the vocabulary the next free id, not
