@@ -38,8 +38,8 @@ constexpr std::array<CharClass, 128> kAsciiClasses = MakeAsciiClasses();
 
 // The categories Unicode 15.1 and 16.0 gave code points that ICU 72 (Unicode 15.0) has as
 // unassigned, plus U+1171E, whose category 16.0 changed from Mn to Mc. Taken from the
-// reference's own answers for every code point (tests/data/tokenizer/gen_vectors.mjs writes
-// them; unicode_test.cc checks this table against them). Sorted, disjoint.
+// reference's own answers for every code point (tests/data/tokenizer/gen_family_vectors.mjs
+// writes them; unicode_test.cc checks this table against them). Sorted, disjoint.
 struct CategoryRange {
   char32_t first;
   char32_t last;

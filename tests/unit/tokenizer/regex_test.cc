@@ -1,8 +1,8 @@
 // coil's regular expressions: constructs on inputs whose matches were worked out by hand
 // from Oniguruma's rules, the GPT-2 pattern against the hand-written scanner of
-// pre_tokenizer.h (a second implementation) on random text, refusals, and every pattern of
-// tests/data/tokenizer/regex_vectors.jsonl against the matches the reference library
-// reported for it (gen_vectors.mjs).
+// gpt2_split.h (a second implementation) on random text, refusals, and every pattern of
+// tests/data/tokenizer/regex.json against the matches the reference library reported for it
+// (gen_family_vectors.mjs).
 #include "engine/tokenizer/regex.h"
 
 #include <gmock/gmock.h>
