@@ -20,6 +20,7 @@
 #include "common/data_files.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "tools/make_model/tokenizer_cut.h"
 #include "workers/checkpoint/checkpoint.h"
 #include "workers/checkpoint/dtype.h"
 #include "workers/model/model_writer.h"
@@ -120,6 +121,9 @@ absl::Status Run(const std::vector<std::string>& overrides) {
     config.format = options.layout == KeyLayout::kHuggingFace ? ConfigFormat::kHuggingFace
                                                               : ConfigFormat::kMambaSsm;
   }
+  // The tokenizer is cut to the shape's own vocabulary, whatever the layout records: the
+  // same model in either layout gets the same tokenizer, as a downloaded one would.
+  const int64_t tokenizer_vocab = config.vocab_size;
   if (config.format != ConfigFormat::kMambaSsm) {
     // A Hugging Face config records only the padded vocabulary.
     config.vocab_size = config.padded_vocab_size();
@@ -134,16 +138,12 @@ absl::Status Run(const std::vector<std::string>& overrides) {
       RandomModelTensors(config, dtype, vector_dtype, absl::GetFlag(FLAGS_seed));
   COIL_RETURN_IF_ERROR(WriteModelDirectory(config, tensors, options, out));
 
-  // The tokenizer travels with the model, as in a downloaded model directory.
+  // The tokenizer travels with the model, as in a downloaded model directory, cut to the
+  // model's vocabulary when that is smaller (tiny: 250 ids), so text prompts work on it.
   const absl::StatusOr<std::string> tokenizer = FindDataFile("gpt-neox-20b/tokenizer.json");
   if (tokenizer.ok()) {
-    std::error_code error;
-    std::filesystem::copy_file(*tokenizer, std::filesystem::path(out) / "tokenizer.json",
-                               std::filesystem::copy_options::overwrite_existing, error);
-    if (error) {
-      return absl::InternalError(
-          absl::StrCat("cannot copy ", *tokenizer, " to ", out, ": ", error.message()));
-    }
+    COIL_RETURN_IF_ERROR(WriteTokenizerForVocab(
+        *tokenizer, tokenizer_vocab, (std::filesystem::path(out) / "tokenizer.json").string()));
   } else {
     COIL_LOG(WARNING) << tokenizer.status().message()
                       << "; the model directory has no tokenizer.json";

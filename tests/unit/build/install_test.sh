@@ -25,9 +25,17 @@ for program in coil-serve coil-run coil-cli coil-tokenize coil-make-model coil-l
 done
 check "the shipped tokenizer is installed" test -f "$prefix/share/coil/gpt-neox-20b/tokenizer.json"
 
-"$prefix/bin/coil-make-model" --shape tiny --dtype f32 --out "$work/model" >/dev/null 2>&1
+# A model with the tokenizer's whole vocabulary gets the shipped file as it is; the tiny
+# shape (250 ids) gets it cut to its vocabulary: "Hello world" then spells out in bytes and
+# the first merges (ids below 250: H e l l o, "Ġ" w o r l d, with "he" not applying to "He").
+"$prefix/bin/coil-make-model" --shape tiny --dtype f32 --set vocab_size=50277 \
+  --out "$work/full" >/dev/null 2>&1
 check "coil-make-model writes the shipped tokenizer beside the model" \
-  cmp -s "$work/model/tokenizer.json" "$prefix/share/coil/gpt-neox-20b/tokenizer.json"
+  cmp -s "$work/full/tokenizer.json" "$prefix/share/coil/gpt-neox-20b/tokenizer.json"
+"$prefix/bin/coil-make-model" --shape tiny --dtype f32 --out "$work/model" >/dev/null 2>&1
+ids=$(echo '"Hello world"' | "$prefix/bin/coil-tokenize" --tokenizer "$work/model/tokenizer.json" 2>/dev/null)
+check "the tiny model's tokenizer is cut to its 250 ids" \
+  test "$ids" = "[41,70,77,77,80,209,88,80,83,77,69]"
 # "Hello world" is [12092, 1533] in GPT-NeoX-20B (its own tokenizer's documented example).
 ids=$(echo '"Hello world"' | "$prefix/bin/coil-tokenize" 2>/dev/null)
 check "coil-tokenize finds the shipped tokenizer" test "$ids" = "[12092,1533]"

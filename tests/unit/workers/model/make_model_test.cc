@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/workers/checkpoint/test_util.h"
@@ -139,12 +141,29 @@ TEST(MakeModelTest, BadFlagsFail) {
 
 TEST(MakeModelTest, CopiesTheShippedTokenizer) {
   ScratchDir scratch;
-  ASSERT_EQ(MakeModel("--shape tiny --out " + scratch.Sub("m")), 0);
+  // A vocabulary as large as the tokenizer's (50,277 ids, added tokens included).
+  ASSERT_EQ(MakeModel("--shape tiny --set vocab_size=50277 --out " + scratch.Sub("m")), 0);
   // The build tree's share/coil/ holds a copy of the source tree's file; the model gets it.
   const std::string source = std::string(COIL_CHECKPOINT_TESTDATA) +
                              "/../../../../../engine/tokenizer/gpt-neox-20b/tokenizer.json";
   ASSERT_TRUE(std::filesystem::exists(source)) << source;
   EXPECT_EQ(testing::ReadFileBytes(scratch.Sub("m/tokenizer.json")), testing::ReadFileBytes(source));
+}
+
+// The tiny shape's 250 ids get the tokenizer cut to them: GPT-NeoX's ids 0..249 are its two
+// special tokens, the 243 byte tokens that UTF-8 text can hold and the first five merges
+// (counted from the shipped file by hand), and nothing at or above 250 is left.
+TEST(MakeModelTest, CutsTheTokenizerToASmallerVocabulary) {
+  ScratchDir scratch;
+  ASSERT_EQ(MakeModel("--shape tiny --out " + scratch.Sub("m")), 0);
+  const std::string text = testing::ReadFileBytes(scratch.Sub("m/tokenizer.json"));
+  const nlohmann::json tokenizer = nlohmann::json::parse(text);
+  const nlohmann::json& vocab = tokenizer["model"]["vocab"];
+  EXPECT_EQ(vocab.size(), 250u);
+  for (const auto& [piece, id] : vocab.items()) EXPECT_LT(id.get<int>(), 250) << piece;
+  EXPECT_EQ(tokenizer["model"]["merges"].size(), 5u);
+  ASSERT_EQ(tokenizer["added_tokens"].size(), 2u);
+  EXPECT_EQ(tokenizer["added_tokens"][0]["content"], "<|endoftext|>");
 }
 
 }  // namespace
