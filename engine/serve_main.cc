@@ -532,7 +532,7 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
   }
   grpc::Server* raw_server = server.get();
   absl::StatusOr<std::unique_ptr<net::ConnectionAcceptor>> acceptor = net::ConnectionAcceptor::Start(
-      std::move(listener).value(), max_connections, "gRPC",
+      std::move(listener).value(), max_connections, net::ConnectionAcceptor::kDefaultHeadroom, "gRPC",
       [raw_server](int fd) { grpc::AddInsecureChannelFromFd(raw_server, fd); });
   if (!acceptor.ok()) {
     std::fprintf(stderr, "coil-serve: %s\n", std::string(acceptor.status().message()).c_str());

@@ -1,8 +1,10 @@
 #include "engine/net/connection_acceptor.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -36,7 +38,7 @@ LogRateLimiter& RefusalLog() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ConnectionAcceptor>> ConnectionAcceptor::Start(
-    std::unique_ptr<Listener> listener, int max_connections, std::string name,
+    std::unique_ptr<Listener> listener, int max_connections, int headroom, std::string name,
     std::function<void(int fd)> hand_off) {
   if (max_connections < 1) {
     return absl::InvalidArgumentError(
@@ -47,17 +49,19 @@ absl::StatusOr<std::unique_ptr<ConnectionAcceptor>> ConnectionAcceptor::Start(
     return absl::UnavailableError(absl::StrCat("eventfd: ", std::strerror(errno)));
   }
   auto acceptor = std::make_unique<ConnectionAcceptor>(std::move(listener), max_connections,
-                                                       std::move(name), std::move(hand_off), wake);
+                                                       std::max(0, headroom), std::move(name),
+                                                       std::move(hand_off), wake);
   ConnectionAcceptor* raw = acceptor.get();
   acceptor->thread_ = std::thread([raw] { raw->Run(); });
   return acceptor;
 }
 
 ConnectionAcceptor::ConnectionAcceptor(std::unique_ptr<Listener> listener, int max_connections,
-                                       std::string name, std::function<void(int fd)> hand_off,
-                                       int wake_fd)
+                                       int headroom, std::string name,
+                                       std::function<void(int fd)> hand_off, int wake_fd)
     : listener_(std::move(listener)),
       max_connections_(max_connections),
+      headroom_(headroom),
       name_(std::move(name)),
       hand_off_(std::move(hand_off)),
       wake_fd_(wake_fd) {}
@@ -86,6 +90,34 @@ void ConnectionAcceptor::Prune() {
               live_.end());
 }
 
+std::string ConnectionAcceptor::RefusalReason(int fd) {
+  if (static_cast<int>(live_.size()) >= max_connections_) Prune();
+  if (static_cast<int>(live_.size()) >= max_connections_) {
+    return absl::StrCat(max_connections_, " are open (--max-connections)");
+  }
+  if (headroom_ > 0) {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+      const long soft = static_cast<long>(limit.rlim_cur);
+      // Descriptors go to the lowest free number, so `fd` below the line means at least
+      // that many were free a moment ago: count them only when it is not.
+      if (fd >= soft - headroom_) {
+        long open = 0;
+        if (DIR* dir = opendir("/proc/self/fd")) {
+          while (readdir(dir) != nullptr) ++open;
+          closedir(dir);
+          open -= 3;  // ".", ".." and the directory's own descriptor
+        }
+        if (open >= soft - headroom_) {
+          return absl::StrCat(open, " of the ", soft, " descriptors allowed are open, and ",
+                              headroom_, " are kept free");
+        }
+      }
+    }
+  }
+  return "";
+}
+
 void ConnectionAcceptor::Run() {
   std::vector<pollfd> polled;
   for (int fd : listener_->fds()) polled.push_back(pollfd{fd, POLLIN, 0});
@@ -102,14 +134,13 @@ void ConnectionAcceptor::Run() {
         int error_number = 0;
         const int fd = listener_->Accept(polled[i].fd, &error, &error_number);
         if (fd >= 0) {
-          if (static_cast<int>(live_.size()) >= max_connections_) Prune();
-          if (static_cast<int>(live_.size()) >= max_connections_) {
+          const std::string reason = RefusalReason(fd);
+          if (!reason.empty()) {
             close(fd);
             refused_.fetch_add(1);
             int64_t suppressed = 0;
             if (RefusalLog().Allow(&suppressed)) {
-              COIL_LOG(WARNING) << name_ << ": refused a connection: " << max_connections_
-                                << " are open (--max-connections)"
+              COIL_LOG(WARNING) << name_ << ": refused a connection: " << reason
                                 << (suppressed > 0 ? absl::StrCat("; ", suppressed,
                                                                   " more refusals not logged")
                                                    : std::string());

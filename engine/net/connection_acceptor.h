@@ -7,8 +7,11 @@
 // pending connection (Listener::Accept) and tries again 100 ms later. A connection counts
 // until its new owner closes its descriptor: the acceptor keeps each one's socket cookie
 // (unique for the socket's life, unlike the descriptor number) and, when the count reaches
-// the cap, forgets those whose descriptor no longer holds that socket. Refusals are logged
-// at most once every 10 s.
+// the cap, forgets those whose descriptor no longer holds that socket. It also refuses a
+// connection when fewer than `headroom` descriptors would be left free: the new owner and
+// everything else in the process need some (gRPC 1.51 was seen to free a channel twice when
+// it ran out of descriptors), so the port runs out before the process does. Refusals are
+// logged at most once every 10 s.
 #ifndef COIL_ENGINE_NET_CONNECTION_ACCEPTOR_H_
 #define COIL_ENGINE_NET_CONNECTION_ACCEPTOR_H_
 
@@ -31,8 +34,11 @@ class ConnectionAcceptor {
   // Starts accepting on `listener`'s sockets; `hand_off` gets each accepted descriptor
   // (and owns it from then on), on the acceptor's thread. `name` is for the log ("gRPC").
   static absl::StatusOr<std::unique_ptr<ConnectionAcceptor>> Start(
-      std::unique_ptr<Listener> listener, int max_connections, std::string name,
+      std::unique_ptr<Listener> listener, int max_connections, int headroom, std::string name,
       std::function<void(int fd)> hand_off);
+
+  // The headroom coil-serve keeps for everything but gRPC's connections.
+  static constexpr int kDefaultHeadroom = 64;
   ~ConnectionAcceptor();  // Stop()
   ConnectionAcceptor(const ConnectionAcceptor&) = delete;
   ConnectionAcceptor& operator=(const ConnectionAcceptor&) = delete;
@@ -46,16 +52,19 @@ class ConnectionAcceptor {
   int64_t refused() const { return refused_.load(); }
 
   // Public for std::make_unique; use Start.
-  ConnectionAcceptor(std::unique_ptr<Listener> listener, int max_connections, std::string name,
-                     std::function<void(int fd)> hand_off, int wake_fd);
+  ConnectionAcceptor(std::unique_ptr<Listener> listener, int max_connections, int headroom,
+                     std::string name, std::function<void(int fd)> hand_off, int wake_fd);
 
  private:
   void Run();
   // Drops the connections whose descriptor no longer holds the socket handed off.
   void Prune();
+  // Why `fd`, just accepted, must be refused; empty when it may be handed off.
+  std::string RefusalReason(int fd);
 
   std::unique_ptr<Listener> listener_;
   const int max_connections_;
+  const int headroom_;
   const std::string name_;
   std::function<void(int fd)> hand_off_;
   int wake_fd_;  // an eventfd that Stop writes

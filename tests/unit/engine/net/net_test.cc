@@ -105,7 +105,7 @@ TEST(ConnectionAcceptorTest, CapsLiveConnectionsUntilTheirOwnerClosesThem) {
   ASSERT_TRUE(listener.ok());
   const int port = (*listener)->port();
   Owner owner;
-  auto acceptor = ConnectionAcceptor::Start(std::move(listener).value(), 3, "test",
+  auto acceptor = ConnectionAcceptor::Start(std::move(listener).value(), 3, /*headroom=*/0, "test",
                                             [&owner](int fd) { owner.Take(fd); });
   ASSERT_TRUE(acceptor.ok()) << acceptor.status();
   std::vector<int> clients;
@@ -149,7 +149,8 @@ TEST(ConnectionAcceptorTest, AcceptsAgainOnceDescriptorsAreFree) {
   low.rlim_cur = static_cast<rlim_t>(limit);
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
   Owner owner;
-  auto acceptor = ConnectionAcceptor::Start(std::move(listener).value(), 1000, "test",
+  // No headroom of its own, so that accept itself runs out of descriptors.
+  auto acceptor = ConnectionAcceptor::Start(std::move(listener).value(), 1000, /*headroom=*/0, "test",
                                             [&owner](int fd) { owner.Take(fd); });
   ASSERT_TRUE(acceptor.ok()) << acceptor.status();
   // Some are taken, then accept runs out of descriptors and the rest are refused.
@@ -169,6 +170,54 @@ TEST(ConnectionAcceptorTest, AcceptsAgainOnceDescriptorsAreFree) {
   EXPECT_TRUE(owner.WaitFor(1, std::chrono::seconds(5)))
       << "no connection accepted after descriptors were freed (" << taken << " taken before)";
   close(late);
+  owner.CloseAll();
+}
+
+// With descriptors running low, connections are refused while `headroom` are still free,
+// before accept itself could fail: the process keeps room for everything else.
+TEST(ConnectionAcceptorTest, KeepsHeadroomOfFreeDescriptors) {
+  auto listener = Listener::Bind("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  const int port = (*listener)->port();
+  std::vector<int> clients;
+  for (int i = 0; i < 30; ++i) clients.push_back(Connect(port));
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  // Room for 24 more descriptors below the limit.
+  int free_seen = 0;
+  int limit = 0;
+  for (int fd = 0; fd < 65536 && free_seen < 25; ++fd) {
+    if (fcntl(fd, F_GETFD) == -1) {
+      ++free_seen;
+      limit = fd;
+    }
+  }
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(limit);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  Owner owner;
+  constexpr int kHeadroom = 12;
+  auto acceptor = ConnectionAcceptor::Start(std::move(listener).value(), 1000, kHeadroom, "test",
+                                            [&owner](int fd) { owner.Take(fd); });
+  ASSERT_TRUE(acceptor.ok()) << acceptor.status();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((*acceptor)->accepted() + (*acceptor)->refused() < 30 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ((*acceptor)->accepted() + (*acceptor)->refused(), 30);
+  EXPECT_GT((*acceptor)->refused(), 0);
+  // The headroom is still free: as many descriptors open as it promises, less the ones the
+  // acceptor holds itself (its eventfd, and the reserve it may have used).
+  std::vector<int> opened;
+  for (int i = 0; i < kHeadroom - 2; ++i) {
+    const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    EXPECT_GE(fd, 0) << "descriptor " << i << " of the headroom";
+    if (fd >= 0) opened.push_back(fd);
+  }
+  for (int fd : opened) close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  for (int fd : clients) close(fd);
   owner.CloseAll();
 }
 
