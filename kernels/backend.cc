@@ -106,7 +106,8 @@ absl::Status CheckSsmScan(const Backend& backend, const Tensor& x, const Tensor&
                           const Tensor& a_log, const Tensor& b, const Tensor& c, const Tensor& d,
                           const Tensor& dt_bias, const SsmScanOptions& options,
                           const RecurrentBatch& batch, const Tensor& ssm_state, const Tensor& y) {
-  COIL_RETURN_IF_ERROR(CheckTensor(backend, "ssm_state", ssm_state, {DType::kF32}, 4));
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "ssm_state", ssm_state,
+                                   {DType::kF32, DType::kBF16}, 4));
   COIL_RETURN_IF_ERROR(CheckContiguous("ssm_state", ssm_state));
   if (ssm_state.dim(0) < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -542,7 +543,8 @@ absl::Status CheckMixerDecode(const Backend& backend, const char* op, const Tens
                               const Tensor& y, int64_t* groups) {
   COIL_RETURN_IF_ERROR(CheckCausalConv1d(backend, xbc_in, weights.conv_weight, weights.conv_bias,
                                          batch, conv_state, xbc));
-  COIL_RETURN_IF_ERROR(CheckTensor(backend, "ssm_state", ssm_state, {DType::kF32}, 4));
+  COIL_RETURN_IF_ERROR(CheckTensor(backend, "ssm_state", ssm_state,
+                                   {DType::kF32, DType::kBF16}, 4));
   Tensor x, b, c;
   COIL_RETURN_IF_ERROR(MixerColumns(xbc, ssm_state, &x, &b, &c, groups));
   COIL_RETURN_IF_ERROR(CheckSsmScan(backend, x, dt, weights.a_log, b, c, weights.d, weights.dt_bias,

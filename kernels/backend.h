@@ -44,9 +44,10 @@ struct SsmScanOptions {
   int64_t first_head_in_group = 0;
   // The chunked form's matrix products take bf16-rounded operands with fp32 accumulation,
   // as mamba_ssm's kernels do for bf16 activations: a bf16 model sets it, and the CUDA
-  // backend then runs them on tensor cores (sm_80 and newer). Recurrent states, the
-  // cumulative decays and every sum stay fp32. Backends without such products (the CPU)
-  // compute in fp32, within bf16 tolerance of the rounded form.
+  // backend then runs them on tensor cores (sm_80 and newer), the CPU on AMX or AVX-512
+  // BF16 (headdim a multiple of 16, d_state of 32). Recurrent states, the cumulative
+  // decays and every sum stay fp32. Where a backend has no such products it computes in
+  // fp32, within bf16 tolerance of the rounded form.
   bool bf16_products = false;
 };
 
@@ -164,7 +165,10 @@ class Backend {
   // Runs of one token take the recurrence; longer runs the chunked SSD form (or the
   // recurrence everywhere in the CPU reference mode). x: f32 [T, H*P]; dt: f32 [T, H];
   // a_log, d, dt_bias: f32 [H]; b, c: f32 [T, G*N] (all rows may be strided);
-  // ssm_state: f32 [state_rows + 1, H, P, N]; y: f32 [T, H*P].
+  // ssm_state: f32 or bf16 [state_rows + 1, H, P, N]; y: f32 [T, H*P]. A bf16 state is
+  // widened on the read and computed in fp32, and rounded to nearest even after every
+  // chunk-aligned piece (so at each multiple of chunk_size and at the run's end): a prompt
+  // split at chunk multiples rounds where the whole prompt does.
   absl::Status SsmScan(const Tensor& x, const Tensor& dt, const Tensor& a_log, const Tensor& b,
                        const Tensor& c, const Tensor& d, const Tensor& dt_bias,
                        const SsmScanOptions& options, const RecurrentBatch& batch,

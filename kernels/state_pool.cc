@@ -18,11 +18,16 @@ absl::StatusOr<StatePool> StatePool::Create(Backend& backend, const StatePoolSha
         ", headdim ", shape.headdim, ", d_state ", shape.d_state,
         ") is invalid; every size must be positive and d_conv >= 2"));
   }
+  if (shape.ssm_dtype != DType::kF32 && shape.ssm_dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("the SSM state's type is ",
+                                                   DTypeName(shape.ssm_dtype),
+                                                   "; it must be f32 or bf16"));
+  }
   const int64_t rows = shape.state_rows + 1;
   COIL_ASSIGN_OR_RETURN(
       Buffer conv, backend.Allocate(shape.layers * rows * shape.conv_floats_per_row() * 4));
   COIL_ASSIGN_OR_RETURN(
-      Buffer ssm, backend.Allocate(shape.layers * rows * shape.ssm_floats_per_row() * 4));
+      Buffer ssm, backend.Allocate(shape.layers * rows * shape.ssm_bytes_per_row()));
   return StatePool(shape, backend.device(), std::move(conv), std::move(ssm));
 }
 
@@ -36,8 +41,9 @@ Tensor StatePool::ConvState(int64_t layer) const {
 Tensor StatePool::SsmState(int64_t layer) const {
   COIL_CHECK(layer >= 0 && layer < shape_.layers);
   const int64_t rows = shape_.state_rows + 1;
-  float* base = static_cast<float*>(ssm_.data()) + layer * rows * shape_.ssm_floats_per_row();
-  return Tensor(base, DType::kF32, {rows, shape_.heads, shape_.headdim, shape_.d_state}, device_);
+  char* base = static_cast<char*>(ssm_.data()) + layer * rows * shape_.ssm_bytes_per_row();
+  return Tensor(base, shape_.ssm_dtype, {rows, shape_.heads, shape_.headdim, shape_.d_state},
+                device_);
 }
 
 absl::Status StatePool::CopyRow(Backend& backend, int64_t from, int64_t to) const {

@@ -1,7 +1,8 @@
 // StatePool: the recurrent state of every Mamba2 layer for `state_rows` sequences plus one
 // scratch row (index state_rows) that padding entries of a CUDA-graph batch may write and
-// nobody reads. fp32, in the backend's memory, zeroed at creation. A row's contents only
-// matter to the sequence holding that slot; a fresh sequence never reads its row.
+// nobody reads. In the backend's memory, zeroed at creation: the conv state fp32, the SSM
+// state fp32 or bf16 (ssm_dtype: half the bytes, rounded as Backend::SsmScan says). A row's
+// contents only matter to the sequence holding that slot; a fresh sequence never reads it.
 // Layout: conv [layers, rows + 1, d_conv - 1, conv_channels],
 //         ssm  [layers, rows + 1, heads, headdim, d_state].
 #ifndef COIL_KERNELS_STATE_POOL_H_
@@ -24,12 +25,17 @@ struct StatePoolShape {
   int64_t heads = 0;          // this rank's heads
   int64_t headdim = 0;
   int64_t d_state = 0;
+  DType ssm_dtype = DType::kF32;  // f32 or bf16
 
   int64_t conv_floats_per_row() const { return (d_conv - 1) * conv_channels; }
+  // Elements of one row of one layer's SSM state (of ssm_dtype).
   int64_t ssm_floats_per_row() const { return heads * headdim * d_state; }
+  int64_t ssm_bytes_per_row() const {
+    return ssm_floats_per_row() * static_cast<int64_t>(DTypeSize(ssm_dtype));
+  }
   // Bytes of one sequence's state over all layers (what a decode step reads and writes).
   int64_t bytes_per_sequence() const {
-    return layers * (conv_floats_per_row() + ssm_floats_per_row()) * 4;
+    return layers * (conv_floats_per_row() * 4 + ssm_bytes_per_row());
   }
 };
 
@@ -43,7 +49,7 @@ class StatePool {
   int64_t scratch_row() const { return shape_.state_rows; }
   // [state_rows + 1, d_conv - 1, conv_channels] for `layer`.
   Tensor ConvState(int64_t layer) const;
-  // [state_rows + 1, heads, headdim, d_state] for `layer`.
+  // [state_rows + 1, heads, headdim, d_state] of ssm_dtype for `layer`.
   Tensor SsmState(int64_t layer) const;
   size_t bytes() const { return conv_.bytes() + ssm_.bytes(); }
 

@@ -96,6 +96,18 @@ void RecurrenceStepRef(float* h, const float* x, const float* b, const float* c,
   }
 }
 
+// A bf16 state row widened to fp32, narrowed back (rounded to nearest even), and fp32
+// values rounded to bf16 in place.
+COIL_VECTORIZE void WidenBf16(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(src[i]);
+}
+COIL_VECTORIZE void NarrowToBf16(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(src[i]);
+}
+COIL_VECTORIZE void RoundToBf16(float* h, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) h[i] = Bf16ToFloat(FloatToBf16(h[i]));
+}
+
 COIL_VECTORIZE void Axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] + a * x[i];
 }
@@ -114,6 +126,69 @@ COIL_VECTORIZE void DecayCoefficients(const float* cb, const double* cum, double
 
 #if defined(__x86_64__)
 #define COIL_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+
+// The state row as fp32: loads 16 values (fp32, or bf16 widened exactly).
+template <typename StateT>
+COIL_AVX512 inline __m512 LoadState16(const StateT* h) {
+  if constexpr (sizeof(StateT) == 4) {
+    return _mm512_loadu_ps(h);
+  } else {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+  }
+}
+
+// Stores 16 fp32 values as the state's type: bf16 rounded to nearest even as FloatToBf16
+// (integer operations, so every path gives the same bits; NaN stays NaN).
+template <typename StateT>
+COIL_AVX512 inline void StoreState16(StateT* h, __m512 v) {
+  if constexpr (sizeof(StateT) == 4) {
+    _mm512_storeu_ps(h, v);
+  } else {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(h), _mm512_cvtepi32_epi16(r));
+  }
+}
+
+// RecurrenceStep's operations in the same order (so the same bits) for d_state a multiple
+// of 16, on a state row of fp32 or bf16 (computed in fp32, stored rounded): each state
+// value is read once and written once, in place, and the next item's state (`next`, or
+// null) is prefetched a row at a time, so a decode step streams the states.
+template <typename StateT>
+COIL_AVX512 void RecurrenceStepAvx512(StateT* h, const float* x, const float* b, const float* c,
+                                      float decay, float dtv, float d, int64_t p_count,
+                                      int64_t n_count, float* y, const StateT* next) {
+  const __m512 dv = _mm512_set1_ps(decay);
+  constexpr int64_t kPerLine = 64 / sizeof(StateT);
+  for (int64_t p = 0; p < p_count; ++p) {
+    StateT* hp = h + p * n_count;
+    if (next != nullptr) {
+      for (int64_t n = 0; n < n_count; n += kPerLine) {
+        _mm_prefetch(reinterpret_cast<const char*>(next + p * n_count + n), _MM_HINT_T0);
+      }
+    }
+    const __m512 xdt = _mm512_set1_ps(x[p] * dtv);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t n = 0; n < n_count; n += 16) {
+      const __m512 v = _mm512_add_ps(_mm512_mul_ps(LoadState16(hp + n), dv),
+                                     _mm512_mul_ps(xdt, _mm512_loadu_ps(b + n)));
+      StoreState16(hp + n, v);
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(v, _mm512_loadu_ps(c + n)));
+    }
+    // FoldLanes16's order: i + (i + 8), then + (i + 4), + (i + 2), + (i + 1).
+    const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    const __m128 quarter = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
+    const __m128 eighth = _mm_add_ps(quarter, _mm_movehl_ps(quarter, quarter));
+    const float sum = _mm_cvtss_f32(_mm_add_ss(eighth, _mm_shuffle_ps(eighth, eighth, 1)));
+    y[p] = sum + d * x[p];
+  }
+}
 
 // The AVX-512 forms of the SSD piece's three products (used when headdim and d_state are
 // multiples of 16). Each output element still sums in one fixed order (n, then s,
@@ -738,7 +813,20 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
     }
   });
 
-  // Phase 2: each (sequence, head) through its pieces in order.
+  // Phase 2: each (sequence, head) through its pieces in order. A bf16 state is widened into
+  // an fp32 copy, rounded to bf16 after every piece (at each chunk boundary and at the run's
+  // end, so a prompt split at chunk multiples rounds where the whole prompt does) and
+  // stored rounded; a decode token on AVX-512 updates the bf16 row in place instead, with
+  // the same bits.
+  const bool bf16_state = ssm_state.dtype() == DType::kBF16;
+  auto state_of = [&](int64_t item) -> void* {
+    const int s = static_cast<int>(item / H);
+    const int32_t slot = batch.slots[s];
+    if (slot == dims.state_rows) return nullptr;
+    const int64_t offset = (slot * H + item % H) * P * N;
+    return bf16_state ? static_cast<void*>(ssm_state.data<uint16_t>() + offset)
+                      : static_cast<void*>(ssm_state.data<float>() + offset);
+  };
   ctx.pool->ParallelFor(int64_t{num_seqs} * H, 1, [&](int64_t begin, int64_t end) {
     Bf16GemmScope scope(form);
     ChunkWorkspace ws;
@@ -750,51 +838,85 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
       const int s = static_cast<int>(item / H);
       const int64_t head = item % H;
       const int64_t g = dims.GroupOf(head);
-      const int32_t slot = batch.slots[s];
-      float* h;
-      if (slot == dims.state_rows) {  // the scratch row: never read, not written on the CPU
-        scratch_state.assign(static_cast<size_t>(P * N), 0.0f);
-        h = scratch_state.data();
-      } else {
-        h = ssm_state.data<float>() + (slot * H + head) * P * N;
-        if (batch.fresh[s]) std::memset(h, 0, sizeof(float) * P * N);
+      void* const slot_state = state_of(item);  // null: the scratch row, never read or written
+      if (slot_state != nullptr && batch.fresh[s]) {
+        std::memset(slot_state, 0, (bf16_state ? 2 : 4) * P * N);
       }
       const float a = -std::exp(a_log.data<float>()[head]);
       const float dh = d.data<float>()[head];
       const float bias = dt_bias.data<float>()[head];
-      int64_t piece_index = first_piece[s];
-      ForEachPiece(batch, s, ctx.use_ref ? int64_t{1} << 40 : options.chunk_size,
-                   [&](int64_t row0, int64_t length) {
-                     if (!ctx.use_ref && length >= 2) {
-                       const Piece& piece = pieces[piece_index++];
 #if defined(__x86_64__)
-                       if (bf16) {
-                         ChunkStepBf16(form, x, dt, c, cb + cb_of(piece, g),
-                                       bv + piece.bv_offset + g * PaddedLength(length) / 2 * N,
-                                       dims, head, a, dh, bias, options, row0, length, h, y,
-                                       bf16_ws);
-                         return;
-                       }
+      if (avx512 && !ctx.use_ref && batch.run_length(s) == 1 && slot_state != nullptr) {
+        const int64_t t = batch.run_begin(s);
+        const float dtv = DtFast(RowF32(dt, t)[head], bias, options);
+        const float* xt = RowF32(x, t) + head * P;
+        const float* bt = RowF32(b, t) + g * N;
+        const float* ct = RowF32(c, t) + g * N;
+        float* yt = RowF32(y, t) + head * P;
+        const void* next = item + 1 < end ? state_of(item + 1) : nullptr;
+        if (bf16_state) {
+          RecurrenceStepAvx512(static_cast<uint16_t*>(slot_state), xt, bt, ct, ExpF(a * dtv), dtv,
+                               dh, P, N, yt, static_cast<const uint16_t*>(next));
+        } else {
+          RecurrenceStepAvx512(static_cast<float*>(slot_state), xt, bt, ct, ExpF(a * dtv), dtv, dh,
+                               P, N, yt, static_cast<const float*>(next));
+        }
+        continue;
+      }
 #endif
-                       ChunkStep(x, dt, b, c, cb + cb_of(piece, g), dims, head, a, dh, bias,
-                                 options, row0, length, h, y, ws, avx512);
-                       return;
-                     }
-                     for (int64_t t = row0; t < row0 + length; ++t) {
-                       const float* xt = RowF32(x, t) + head * P;
-                       const float* bt = RowF32(b, t) + g * N;
-                       const float* ct = RowF32(c, t) + g * N;
-                       float* yt = RowF32(y, t) + head * P;
-                       const float dtr = RowF32(dt, t)[head];
-                       if (ctx.use_ref) {
-                         const float dtv = DtRef(dtr, bias, options);
-                         RecurrenceStepRef(h, xt, bt, ct, std::exp(a * dtv), dtv, dh, P, N, yt);
-                       } else {
-                         const float dtv = DtFast(dtr, bias, options);
-                         RecurrenceStep(h, xt, bt, ct, ExpF(a * dtv), dtv, dh, P, N, yt);
-                       }
-                     }
-                   });
+      float* h;
+      if (slot_state == nullptr) {
+        scratch_state.assign(static_cast<size_t>(P * N), 0.0f);
+        h = scratch_state.data();
+      } else if (bf16_state) {
+        scratch_state.resize(static_cast<size_t>(P * N));
+        h = scratch_state.data();
+        WidenBf16(static_cast<const uint16_t*>(slot_state), h, P * N);
+      } else {
+        h = static_cast<float*>(slot_state);
+      }
+      int64_t piece_index = first_piece[s];
+      // The reference mode runs the recurrence over the whole run, except where a bf16 state
+      // must be rounded at the chunk boundaries.
+      const int64_t piece_chunk =
+          ctx.use_ref && !bf16_state ? int64_t{1} << 40 : options.chunk_size;
+      ForEachPiece(batch, s, piece_chunk, [&](int64_t row0, int64_t length) {
+        if (!ctx.use_ref && length >= 2) {
+          const Piece& piece = pieces[piece_index++];
+#if defined(__x86_64__)
+          if (bf16) {
+            ChunkStepBf16(form, x, dt, c, cb + cb_of(piece, g),
+                          bv + piece.bv_offset + g * PaddedLength(length) / 2 * N, dims, head, a,
+                          dh, bias, options, row0, length, h, y, bf16_ws);
+          } else {
+            ChunkStep(x, dt, b, c, cb + cb_of(piece, g), dims, head, a, dh, bias, options, row0,
+                      length, h, y, ws, avx512);
+          }
+#else
+          ChunkStep(x, dt, b, c, cb + cb_of(piece, g), dims, head, a, dh, bias, options, row0,
+                    length, h, y, ws, avx512);
+#endif
+        } else {
+          for (int64_t t = row0; t < row0 + length; ++t) {
+            const float* xt = RowF32(x, t) + head * P;
+            const float* bt = RowF32(b, t) + g * N;
+            const float* ct = RowF32(c, t) + g * N;
+            float* yt = RowF32(y, t) + head * P;
+            const float dtr = RowF32(dt, t)[head];
+            if (ctx.use_ref) {
+              const float dtv = DtRef(dtr, bias, options);
+              RecurrenceStepRef(h, xt, bt, ct, std::exp(a * dtv), dtv, dh, P, N, yt);
+            } else {
+              const float dtv = DtFast(dtr, bias, options);
+              RecurrenceStep(h, xt, bt, ct, ExpF(a * dtv), dtv, dh, P, N, yt);
+            }
+          }
+        }
+        if (bf16_state) RoundToBf16(h, P * N);
+      });
+      if (bf16_state && slot_state != nullptr) {
+        NarrowToBf16(h, static_cast<uint16_t*>(slot_state), P * N);
+      }
     }
   });
 }

@@ -51,14 +51,14 @@ struct MixerDeviceExec {
   }
 };
 
-template <int kVec, int kSteps, typename OutT>
+template <int kVec, int kSteps, typename StateT, typename OutT>
 __global__ void __launch_bounds__(kMixerThreads) MixerDecodeKernel(MixerDecodeParams p, OutT* out) {
   extern __shared__ float shared[];
   PdlWait();  // xbc_in, dt and z are the previous kernel's output
   PdlLaunchDependents();
   const MixerSmem sm = MixerSmemAt(shared, p.scan.d_state);
   MixerDeviceExec ex;
-  MixerDecodeBlock<kVec, kSteps>(ex, sm, p, blockIdx.x,
+  MixerDecodeBlock<kVec, kSteps, StateT>(ex, sm, p, blockIdx.x,
                                  [out](int64_t at, float v) { StoreOut(out + at, v); });
 }
 
@@ -104,12 +104,15 @@ absl::Status LaunchMixerDecode(const CudaContext& ctx, const Tensor& xbc_in, con
       static_cast<size_t>(MixerSmemFloats(p.scan.d_state)) * sizeof(float);
   cudaError_t launched = cudaSuccess;
   COIL_RETURN_IF_ERROR(DispatchDecodeLanes(p.scan, [&](auto vec, auto steps) {
+    constexpr int kVec = decltype(vec)::value, kSteps = decltype(steps)::value;
     WithOutPointer(out, [&](auto* o) {
-      launched = LaunchMaybePdl(
-          ctx,
-          MixerDecodeKernel<decltype(vec)::value, decltype(steps)::value,
-                            std::remove_pointer_t<decltype(o)>>,
-          dim3(static_cast<unsigned>(blocks)), dim3(kMixerThreads), shared_bytes, p, o);
+      using OutT = std::remove_pointer_t<decltype(o)>;
+      const dim3 grid(static_cast<unsigned>(blocks)), block(kMixerThreads);
+      launched = p.scan.state_bf16
+                     ? LaunchMaybePdl(ctx, MixerDecodeKernel<kVec, kSteps, uint16_t, OutT>, grid,
+                                      block, shared_bytes, p, o)
+                     : LaunchMaybePdl(ctx, MixerDecodeKernel<kVec, kSteps, float, OutT>, grid,
+                                      block, shared_bytes, p, o);
     });
     return absl::OkStatus();
   }));

@@ -80,7 +80,8 @@ COIL_HOST_DEVICE inline int32_t MixerBcChannel(const SsmScanParams& s, int32_t g
   return n < s.d_state ? e + group * s.d_state + n : e + gn + group * s.d_state + (n - s.d_state);
 }
 
-template <int kVec, int kSteps, typename Exec, typename Store>
+// StateT: the SSM state's element type (float, or uint16_t for bf16; SsmDecodeLane).
+template <int kVec, int kSteps, typename StateT, typename Exec, typename Store>
 COIL_HOST_DEVICE void MixerDecodeBlock(Exec& ex, const MixerSmem& sm, const MixerDecodeParams& p,
                                        int64_t block, Store store) {
   constexpr int R = kMixerRowsPerWarp;
@@ -110,7 +111,7 @@ COIL_HOST_DEVICE void MixerDecodeBlock(Exec& ex, const MixerSmem& sm, const Mixe
   const int32_t slot = s.slots[seq];
   const bool scratch = slot == s.state_rows;
   const bool zero = scratch || s.fresh[seq] != 0;
-  float* state = s.state + (static_cast<int64_t>(slot) * s.heads + head) * P * N;
+  StateT* state = SsmStateOf<StateT>(s, slot, head);
   typename Exec::template PerThread<float> acc[R];
   ex.Threads([&](int tid) {
     const int warp = tid >> 5, lane = tid & 31;

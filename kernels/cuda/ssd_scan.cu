@@ -189,11 +189,12 @@ __global__ void __launch_bounds__(kGemmThreads, kBf16 ? 3 : 1) ChunkStateKernel(
 
 // grid (ceil(P N / kPassThreads), heads, min(num_seqs, 65535)): one thread carries one
 // state element through its sequence's chunks (SsdPassState).
+template <typename StateT>
 __global__ void __launch_bounds__(kPassThreads) StatePassingKernel(SsmScanParams p, SsdScratch w) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * kPassThreads + threadIdx.x;
   if (e >= static_cast<int64_t>(p.headdim) * p.d_state) return;
   for (int32_t s = blockIdx.z; s < p.num_seqs; s += gridDim.z) {
-    SsdPassState(p, w, s, static_cast<int32_t>(blockIdx.y), e);
+    SsdPassState<StateT>(p, w, s, static_cast<int32_t>(blockIdx.y), e);
   }
 }
 
@@ -253,9 +254,13 @@ absl::Status LaunchTiledPhases(const CudaContext& ctx, const SsmScanParams& p,
   const int64_t per_head = static_cast<int64_t>(p.headdim) * p.d_state;
   const int64_t pass_blocks = (per_head + kPassThreads - 1) / kPassThreads;
   phases.Next("SsmScan: 3 state passing");
-  StatePassingKernel<<<dim3(static_cast<unsigned>(pass_blocks), static_cast<unsigned>(p.heads),
-                            std::min<unsigned>(static_cast<unsigned>(p.num_seqs), kMaxGridYZ)),
-                       kPassThreads, 0, ctx.stream>>>(p, w);
+  const dim3 pass_grid(static_cast<unsigned>(pass_blocks), static_cast<unsigned>(p.heads),
+                       std::min<unsigned>(static_cast<unsigned>(p.num_seqs), kMaxGridYZ));
+  if (p.state_bf16) {
+    StatePassingKernel<uint16_t><<<pass_grid, kPassThreads, 0, ctx.stream>>>(p, w);
+  } else {
+    StatePassingKernel<float><<<pass_grid, kPassThreads, 0, ctx.stream>>>(p, w);
+  }
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   phases.Next("SsmScan: 4 chunk scan");
   ChunkScanKernel<kBf16><<<dim3(static_cast<unsigned>(num_chunks * t_tiles),

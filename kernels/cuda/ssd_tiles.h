@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cuda/bf16_bits.h"   // Bf16BitsOf, FloatOfBf16Bits
 #include "kernels/cuda/ssd_chunks.h"  // COIL_HOST_DEVICE
 
 #if defined(__CUDACC__)
@@ -44,32 +45,6 @@ constexpr int kSsdTileWarps = kSsdTileThreads / 32;
 struct TileOutputs {
   float v[4][4];
 };
-
-// fp32 round to nearest even to bf16, as bits (__float2bfloat16_rn's rule; NaN stays NaN).
-COIL_HOST_DEVICE inline uint16_t Bf16BitsOf(float value) {
-  uint32_t bits;
-#if defined(__CUDA_ARCH__)
-  bits = __float_as_uint(value);
-#else
-  std::memcpy(&bits, &value, sizeof(bits));
-#endif
-  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) {
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN
-  }
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-COIL_HOST_DEVICE inline float FloatOfBf16Bits(uint16_t half) {
-  const uint32_t bits = static_cast<uint32_t>(half) << 16;
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(bits);
-#else
-  float value;
-  std::memcpy(&value, &bits, sizeof(value));
-  return value;
-#endif
-}
 
 // Shared memory of one form. The bf16 form's staged operands and its fp32 output tile
 // share the same bytes (the output is written after the last product has read them).

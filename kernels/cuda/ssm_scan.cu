@@ -22,8 +22,9 @@ namespace {
 constexpr int kDecodeWarps = 4;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kDecodeWarps * kRowsPerWarp;
-// kVec: d_state columns per lane and load (1 or 4); kSteps: loads per lane per span.
-template <int kVec, int kSteps>
+// kVec: d_state columns per lane and load (1 or 4); kSteps: loads per lane per span;
+// StateT: the state's element type (float, or uint16_t for bf16).
+template <int kVec, int kSteps, typename StateT>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     SsmDecodeKernel(SsmScanParams p, int32_t p_tiles) {
   extern __shared__ float shared[];  // b row [d_state] | c row [d_state]
@@ -51,7 +52,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int32_t slot = p.slots[seq];
   const bool scratch = slot == p.state_rows;
   const bool zero = scratch || p.fresh[seq] != 0;
-  float* state = p.state + (static_cast<int64_t>(slot) * p.heads + head) * P * N;
+  StateT* state = SsmStateOf<StateT>(p, slot, head);
   const float* x_row = p.x + row * p.x_stride + static_cast<int64_t>(head) * P;
 
   const int lane = threadIdx.x & 31;
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
 }
 
-template <int kVec, int kSteps>
+template <int kVec, int kSteps, typename StateT>
 absl::Status LaunchDecode(const CudaContext& ctx, const SsmScanParams& p) {
   const int32_t p_tiles = (p.headdim + kRowsPerBlock - 1) / kRowsPerBlock;
   const int64_t blocks = static_cast<int64_t>(p.num_seqs) * p.heads * p_tiles;
@@ -84,7 +85,7 @@ absl::Status LaunchDecode(const CudaContext& ctx, const SsmScanParams& p) {
         "the decode scan needs ", blocks, " blocks; the limit is 2^31 - 1; split the batch"));
   }
   const size_t shared_bytes = 2 * static_cast<size_t>(p.d_state) * sizeof(float);
-  SsmDecodeKernel<kVec, kSteps>
+  SsmDecodeKernel<kVec, kSteps, StateT>
       <<<static_cast<unsigned>(blocks), kDecodeWarps * 32, shared_bytes, ctx.stream>>>(p, p_tiles);
   COIL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
@@ -92,7 +93,9 @@ absl::Status LaunchDecode(const CudaContext& ctx, const SsmScanParams& p) {
 
 absl::Status LaunchDecodeFor(const CudaContext& ctx, const SsmScanParams& p) {
   return DispatchDecodeLanes(p, [&](auto vec, auto steps) {
-    return LaunchDecode<decltype(vec)::value, decltype(steps)::value>(ctx, p);
+    constexpr int kVec = decltype(vec)::value, kSteps = decltype(steps)::value;
+    return p.state_bf16 ? LaunchDecode<kVec, kSteps, uint16_t>(ctx, p)
+                        : LaunchDecode<kVec, kSteps, float>(ctx, p);
   });
 }
 
@@ -129,7 +132,8 @@ absl::StatusOr<SsmScanParams> SsmScanParamsFor(const Tensor& x, const Tensor& dt
   p.c = c.data<float>();
   p.d = d.data<float>();
   p.dt_bias = dt_bias.data<float>();
-  p.state = ssm_state.data<float>();
+  p.state = ssm_state.raw();
+  p.state_bf16 = ssm_state.dtype() == DType::kBF16;
   p.y = y.data<float>();
   p.x_stride = x.stride(0);
   p.dt_stride = dt.stride(0);

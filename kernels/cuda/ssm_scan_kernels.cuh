@@ -28,12 +28,14 @@ __device__ inline T WarpInclusiveSum(T v) {
 #endif  // __CUDACC__
 
 // Calls launch(kVec, kSteps) (as std::integral_constant values) with the decode update's
-// lane shape for this state: 4-wide loads when d_state and the state allow, and the fewest
-// loads per lane that cover d_state in one span (at most 4; larger d_state loops over spans).
+// lane shape for this state: 4-wide loads when d_state and the state allow (16 bytes of an
+// f32 state, 8 of a bf16 one), and the fewest loads per lane that cover d_state in one span
+// (at most 4; larger d_state loops over spans).
 template <typename Launch>
 absl::Status DispatchDecodeLanes(const SsmScanParams& p, Launch launch) {
   using std::integral_constant;
-  const bool vec4 = p.d_state % 4 == 0 && reinterpret_cast<uintptr_t>(p.state) % 16 == 0;
+  const uintptr_t vec_bytes = p.state_bf16 ? 8 : 16;
+  const bool vec4 = p.d_state % 4 == 0 && reinterpret_cast<uintptr_t>(p.state) % vec_bytes == 0;
   const int32_t per_lane = (p.d_state + 31) / 32;
   if (vec4) {
     const int32_t steps = (per_lane + 3) / 4;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/bf16_bits.h"
 #include "kernels/cuda/ssd_chunks.h"
 
 namespace coil::cuda {
@@ -26,7 +27,9 @@ struct SsmScanParams {
   const float* c;        // [rows, groups * d_state]
   const float* d;        // [heads]
   const float* dt_bias;  // [heads]
-  float* state;          // [state_rows + 1, heads, headdim, d_state], contiguous
+  // [state_rows + 1, heads, headdim, d_state], contiguous: float, or bf16 bits (uint16_t)
+  // when state_bf16. The kernels that touch it are instantiated for each (SsmStateT).
+  void* state;
   float* y;              // [rows, heads * headdim]
   int64_t x_stride, dt_stride, b_stride, c_stride, y_stride;
   const int32_t* cu_seqlens;       // [num_seqs + 1]
@@ -38,7 +41,34 @@ struct SsmScanParams {
   int32_t heads_per_group, first_head;
   int32_t state_rows;  // the scratch row's index: never read, never written
   float dt_min, dt_max;
+  // The state is stored bf16 between steps (computed fp32 within one): rounded to nearest
+  // even after every chunk, as the CPU rounds after every piece.
+  bool state_bf16;
 };
+
+// The state of (slot, head) as its element type: float, or uint16_t (bf16 bits).
+template <typename StateT>
+COIL_HOST_DEVICE inline StateT* SsmStateOf(const SsmScanParams& p, int32_t slot, int32_t head) {
+  return static_cast<StateT*>(p.state) +
+         (static_cast<int64_t>(slot) * p.heads + head) * p.headdim * p.d_state;
+}
+
+// A state value widened to fp32 (exactly), a fp32 value as the state stores it, and a fp32
+// value rounded to what the state can hold.
+COIL_HOST_DEVICE inline float SsmStateValue(float v) { return v; }
+COIL_HOST_DEVICE inline float SsmStateValue(uint16_t v) { return FloatOfBf16Bits(v); }
+template <typename StateT>
+COIL_HOST_DEVICE inline StateT SsmStateStored(float v) {
+  if constexpr (sizeof(StateT) == 4) {
+    return v;
+  } else {
+    return Bf16BitsOf(v);
+  }
+}
+template <typename StateT>
+COIL_HOST_DEVICE inline float SsmStateRounded(float v) {
+  return SsmStateValue(SsmStateStored<StateT>(v));
+}
 
 // The chunked path's scratch, carved from one workspace allocation.
 struct SsdScratch {
@@ -151,17 +181,60 @@ COIL_HOST_DEVICE inline void SsmStoreVec(const float* src, float* dst) {
 #endif
 }
 
+// kVec state values widened to fp32, and fp32 values stored as the state's type (bf16:
+// rounded to nearest even); one 8-byte access on the GPU for four bf16 values.
+template <int kVec>
+COIL_HOST_DEVICE inline void SsmLoadState(const float* src, float* dst) {
+  SsmLoadVec<kVec>(src, dst);
+}
+template <int kVec>
+COIL_HOST_DEVICE inline void SsmLoadState(const uint16_t* src, float* dst) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (kVec == 4) {
+    const uint2 v = *reinterpret_cast<const uint2*>(src);
+    dst[0] = __uint_as_float(v.x << 16);
+    dst[1] = __uint_as_float(v.x & 0xffff0000u);
+    dst[2] = __uint_as_float(v.y << 16);
+    dst[3] = __uint_as_float(v.y & 0xffff0000u);
+  } else {
+    for (int v = 0; v < kVec; ++v) dst[v] = FloatOfBf16Bits(src[v]);
+  }
+#else
+  for (int v = 0; v < kVec; ++v) dst[v] = FloatOfBf16Bits(src[v]);
+#endif
+}
+template <int kVec>
+COIL_HOST_DEVICE inline void SsmStoreState(const float* src, float* dst) {
+  SsmStoreVec<kVec>(src, dst);
+}
+template <int kVec>
+COIL_HOST_DEVICE inline void SsmStoreState(const float* src, uint16_t* dst) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (kVec == 4) {
+    uint2 v;
+    v.x = Bf16BitsOf(src[0]) | static_cast<uint32_t>(Bf16BitsOf(src[1])) << 16;
+    v.y = Bf16BitsOf(src[2]) | static_cast<uint32_t>(Bf16BitsOf(src[3])) << 16;
+    *reinterpret_cast<uint2*>(dst) = v;
+  } else {
+    for (int v = 0; v < kVec; ++v) dst[v] = Bf16BitsOf(src[v]);
+  }
+#else
+  for (int v = 0; v < kVec; ++v) dst[v] = Bf16BitsOf(src[v]);
+#endif
+}
+
 // One lane's share (lane in [0, 32)) of the update of state rows p_base .. p_base + kRows - 1
 // of one (sequence, head): the columns n0 + (j * 32 + lane) * kVec + v of each span n0 of
 // 32 kVec kSteps columns. Loads all of a span's values first (kRows * kSteps independent
 // loads in flight), then h = h * decay + xdt[r] b[n], acc[r] += h c[n], and stores h back
 // unless the row is the scratch row. `state` is the (slot, head) block [headdim][d_state];
 // `zero` starts from zeros instead of reading it (fresh, or the scratch row). With kVec 4,
-// d_state % 4 == 0 and `state` is 16-byte aligned, so a vector starting below d_state ends
-// inside the row.
-template <int kVec, int kSteps, int kRows>
+// d_state % 4 == 0 and `state` is aligned to 4 values, so a vector starting below d_state
+// ends inside the row. StateT: float, or uint16_t for a bf16 state (widened on the load,
+// rounded on the store; the update itself is fp32).
+template <int kVec, int kSteps, int kRows, typename StateT>
 COIL_HOST_DEVICE inline void SsmDecodeLane(const SsmScanParams& p, const float* b_row,
-                                           const float* c_row, float* state, bool zero,
+                                           const float* c_row, StateT* state, bool zero,
                                            bool scratch, float decay, const float* xdt,
                                            int32_t p_base, int lane, float* acc) {
   constexpr int kPerLane = kVec * kSteps;
@@ -180,7 +253,7 @@ COIL_HOST_DEVICE inline void SsmDecodeLane(const SsmScanParams& p, const float* 
       for (int j = 0; j < kSteps; ++j) {
         const int32_t n = n0 + (j * 32 + lane) * kVec;
         if (!zero && pr < P && n < N) {
-          SsmLoadVec<kVec>(state + static_cast<int64_t>(pr) * N + n, &h[r][j * kVec]);
+          SsmLoadState<kVec>(state + static_cast<int64_t>(pr) * N + n, &h[r][j * kVec]);
         } else {
           for (int v = 0; v < kVec; ++v) h[r][j * kVec + v] = 0.0f;
         }
@@ -203,7 +276,7 @@ COIL_HOST_DEVICE inline void SsmDecodeLane(const SsmScanParams& p, const float* 
           hv[v] = hv[v] * decay + xdt[r] * b_row[n + v];
           acc[r] = acc[r] + hv[v] * c_row[n + v];
         }
-        if (!scratch) SsmStoreVec<kVec>(hv, state + static_cast<int64_t>(pr) * N + n);
+        if (!scratch) SsmStoreState<kVec>(hv, state + static_cast<int64_t>(pr) * N + n);
       }
     }
   }
@@ -284,18 +357,19 @@ COIL_HOST_DEVICE inline float SsdStateX(const SsmScanParams& p, const SsdScratch
 // any of those chunks' stores, so the chain waits for memory once per batch rather than
 // once per chunk (a store between two loads would keep the compiler from moving the second
 // load up: it cannot prove that they do not alias). The arithmetic and its order are those
-// of a plain loop.
+// of a plain loop. A bf16 state (StateT uint16_t) is rounded after every chunk: each chunk
+// is entered with, and the slot gets, a value the state can hold, as on the CPU.
 inline constexpr int kSsdPassAhead = 8;
 
+template <typename StateT>
 COIL_HOST_DEVICE inline void SsdPassState(const SsmScanParams& p, const SsdScratch& w, int32_t seq,
                                           int32_t head, int64_t e) {
   const int32_t first = w.seq_first_chunk[seq], last = w.seq_first_chunk[seq + 1];
   if (first == last) return;  // a run of one token: the decode kernel's
-  const int64_t per_head = static_cast<int64_t>(p.headdim) * p.d_state;
   const int32_t slot = p.slots[seq];
   const bool scratch = slot == p.state_rows;
-  float* slot_state = p.state + (static_cast<int64_t>(slot) * p.heads + head) * per_head + e;
-  float h = scratch || p.fresh[seq] != 0 ? 0.0f : *slot_state;
+  StateT* slot_state = SsmStateOf<StateT>(p, slot, head) + e;
+  float h = scratch || p.fresh[seq] != 0 ? 0.0f : SsmStateValue(*slot_state);
   for (int32_t k0 = first; k0 < last; k0 += kSsdPassAhead) {
     float own[kSsdPassAhead], decay[kSsdPassAhead];
     COIL_UNROLL
@@ -311,11 +385,11 @@ COIL_HOST_DEVICE inline void SsdPassState(const SsmScanParams& p, const SsdScrat
     for (int i = 0; i < kSsdPassAhead; ++i) {
       if (k0 + i < last) {
         SsdChunkState(p, w, k0 + i, head)[e] = h;
-        h = h * decay[i] + own[i];
+        h = SsmStateRounded<StateT>(h * decay[i] + own[i]);
       }
     }
   }
-  if (!scratch) *slot_state = h;
+  if (!scratch) *slot_state = SsmStateStored<StateT>(h);
 }
 
 // Whether chunk k is entered with a zero state: the first chunk of a fresh sequence or of

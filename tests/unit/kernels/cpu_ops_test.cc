@@ -358,5 +358,26 @@ TEST(StatePoolTest, HoldsEveryLayerPlusTheScratchRow) {
   EXPECT_TRUE(absl::IsInvalidArgument(StatePool::Create(**backend, shape).status()));
 }
 
+TEST(StatePoolTest, ABf16SsmStateTakesHalfItsBytes) {
+  // mamba2-130m: the SSM state in bf16 (196608 x 2 bytes per layer and row), the conv
+  // state still fp32: (5376 * 4 + 196608 * 2) * 24 bytes = 9.95 MB per sequence.
+  auto backend = CreateBackend(BackendKind::kCpu);
+  ASSERT_TRUE(backend.ok());
+  StatePoolShape shape{.layers = 24, .state_rows = 2, .d_conv = 4, .conv_channels = 1792,
+                       .heads = 24, .headdim = 64, .d_state = 128, .ssm_dtype = DType::kBF16};
+  EXPECT_EQ(shape.bytes_per_sequence(), (5376 * 4 + 196608 * 2) * 24);
+  auto pool = StatePool::Create(**backend, shape);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_EQ(pool->bytes(), static_cast<size_t>(shape.bytes_per_sequence()) * 3);
+  const Tensor last = pool->SsmState(23), first = pool->SsmState(0);
+  EXPECT_EQ(last.dtype(), DType::kBF16);
+  EXPECT_EQ(static_cast<char*>(last.raw()) - static_cast<char*>(first.raw()),
+            23 * 3 * 196608 * 2);
+  shape.ssm_dtype = DType::kF16;
+  const absl::Status refused = StatePool::Create(**backend, shape).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(refused));
+  EXPECT_EQ(refused.message(), "the SSM state's type is f16; it must be f32 or bf16");
+}
+
 }  // namespace
 }  // namespace coil

@@ -341,6 +341,8 @@ struct SsmShape {
   int64_t heads_per_group = 0, first_head = 0;
   // SsmScanOptions::bf16_products: the CUDA chunked path's tensor-core form.
   bool bf16_products = false;
+  // The state pool's type: bf16 (rounded after every piece, fp32 within one) or f32.
+  DType state_dtype = DType::kF32;
 };
 
 class SsmScanCase : public OpCase {
@@ -350,7 +352,8 @@ class SsmScanCase : public OpCase {
   std::string Op() const override { return "SsmScan"; }
   std::string Params() const override {
     return absl::StrCat(
-        s_.bf16_products ? "bf16products_h" : "f32_h", s_.heads, "_p", s_.headdim, "_ds", s_.d_state, "_g", s_.groups, "_chunk",
+        s_.bf16_products ? "bf16products_h" : "f32_h", s_.heads, "_p", s_.headdim, "_ds",
+        s_.d_state, "_g", s_.groups, s_.state_dtype == DType::kBF16 ? "_statebf16" : "", "_chunk",
         s_.chunk, s_.dt_limit ? "_dtlimit" : "",
         s_.heads_per_group ? absl::StrCat("_hpg", s_.heads_per_group, "_first", s_.first_head)
                            : "",
@@ -360,7 +363,13 @@ class SsmScanCase : public OpCase {
   // against products of exps): NMSE about 1e-12 on these inputs; the default bound holds.
   // With bf16 products every product operand is rounded to bf16 (the host emulation of the
   // tiles measures an NMSE of 2e-6 to 4e-6); a misplaced tile or operand gives about 1.
-  double max_nmse() const override { return s_.bf16_products ? 5e-5 : OpCase::max_nmse(); }
+  // A bf16 state rounded from fp32 values that differ in their last bits (chunked form
+  // against the recurrence) lands one bf16 step (2^-8 relative) apart now and then: NMSE
+  // about 1e-7 on these inputs.
+  double max_nmse() const override {
+    if (s_.bf16_products) return 5e-5;
+    return s_.state_dtype == DType::kBF16 ? 1e-5 : OpCase::max_nmse();
+  }
   void MakeInputs(uint64_t seed) override {
     std::mt19937_64 rng(seed);
     batch_ = MakeBatch(rng, runs_, state_rows_, mix_);
@@ -372,13 +381,14 @@ class SsmScanCase : public OpCase {
     d_ = RandomFloats(rng, s_.heads);
     dt_bias_ = RandomFloats(rng, s_.heads, -4.0f, -1.0f);
     state_ = RandomFloats(rng, (state_rows_ + 1) * s_.heads * s_.headdim * s_.d_state);
+    state_ = Decode(Encode(state_, s_.state_dtype), s_.state_dtype);  // values the pool holds
   }
   absl::Status Prepare(Backend& backend) override {
     COIL_ASSIGN_OR_RETURN(d_packed_, DeviceArray::FromFloats(backend, packed_));
     COIL_ASSIGN_OR_RETURN(d_a_, DeviceArray::FromFloats(backend, a_log_));
     COIL_ASSIGN_OR_RETURN(d_d_, DeviceArray::FromFloats(backend, d_));
     COIL_ASSIGN_OR_RETURN(d_bias_, DeviceArray::FromFloats(backend, dt_bias_));
-    COIL_ASSIGN_OR_RETURN(d_state_, DeviceArray::FromFloats(backend, state_));
+    COIL_ASSIGN_OR_RETURN(d_state_, DeviceArray::FromFloats(backend, state_, s_.state_dtype));
     // Poisoned: an element the op never writes stays NaN and fails the comparison.
     COIL_ASSIGN_OR_RETURN(
         d_y_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * s_.heads * s_.headdim,
@@ -403,16 +413,17 @@ class SsmScanCase : public OpCase {
         Tensor(d_a_->data(), DType::kF32, {s_.heads}, dev), packed.Columns(hp, gn),
         packed.Columns(hp + gn, gn), Tensor(d_d_->data(), DType::kF32, {s_.heads}, dev),
         Tensor(d_bias_->data(), DType::kF32, {s_.heads}, dev), options, batch_,
-        Tensor(d_state_->data(), DType::kF32,
+        Tensor(d_state_->data(), s_.state_dtype,
                {state_rows_ + 1, s_.heads, s_.headdim, s_.d_state}, dev),
         Tensor(d_y_->data(), DType::kF32, {rows_, hp}, dev));
   }
   absl::StatusOr<OpResult> Collect() override {
     OpResult r;
     COIL_ASSIGN_OR_RETURN(auto y, d_y_->ReadFloats());
-    COIL_ASSIGN_OR_RETURN(auto state, d_state_->ReadFloats());
+    COIL_ASSIGN_OR_RETURN(auto state_bytes, d_state_->Read());
     r.outputs.emplace_back("y", std::move(y));
-    SplitStateRows("ssm_state", state_, state, s_.heads * s_.headdim * s_.d_state, batch_, r);
+    SplitStateRows("ssm_state", state_, Decode(state_bytes, s_.state_dtype),
+                   s_.heads * s_.headdim * s_.d_state, batch_, r);
     return r;
   }
   double flops() const override {
@@ -420,8 +431,8 @@ class SsmScanCase : public OpCase {
     return 5.0 * rows_ * s_.heads * s_.headdim * s_.d_state;
   }
   double bytes() const override {
-    return 4.0 * (2.0 * runs_.size() * s_.heads * s_.headdim * s_.d_state +
-                  rows_ * (2 * s_.heads * s_.headdim + 2 * s_.groups * s_.d_state + s_.heads));
+    return 2.0 * runs_.size() * s_.heads * s_.headdim * s_.d_state * DTypeSize(s_.state_dtype) +
+           4.0 * rows_ * (2 * s_.heads * s_.headdim + 2 * s_.groups * s_.d_state + s_.heads);
   }
 
  private:
@@ -600,6 +611,7 @@ class GatedRmsNormCase : public OpCase {
 // ---------------------------------------------------------------- MixerDecode(SumSquares)
 struct MixerShape {
   int64_t heads, headdim, d_state, groups, width;
+  DType state_dtype = DType::kF32;  // the SSM state pool's type
 };
 
 // MixerDecodeSumSquares in place of MixerDecode when `sums`; heads_per_group and first_head
@@ -624,14 +636,19 @@ class MixerDecodeCase : public OpCase {
   std::string Params() const override {
     return absl::StrCat(out_dtype_ == DType::kBF16 ? "outbf16" : "f32", "_h", s_.heads, "_p",
                         s_.headdim, "_ds", s_.d_state, "_g", s_.groups, "_w", s_.width,
+                        s_.state_dtype == DType::kBF16 ? "_statebf16" : "",
                         sums_.heads_per_group > 0 ? absl::StrCat("_hpg", sums_.heads_per_group,
                                                                  "_first", sums_.first_head)
                                                   : "",
                         "_runs", RunsName(runs_), "_rows", state_rows_, mix_.Name());
   }
-  // Both sides round out to bf16 from f32 values that may differ in their last bits (the
-  // reference's sums run in another order), which can move an element by one bf16 step.
-  double max_nmse() const override { return out_dtype_ == DType::kBF16 ? 1e-5 : OpCase::max_nmse(); }
+  // Both sides round out (or a bf16 state) to bf16 from f32 values that may differ in their
+  // last bits (the reference's sums run in another order), which can move an element by
+  // one bf16 step.
+  double max_nmse() const override {
+    return out_dtype_ == DType::kBF16 || s_.state_dtype == DType::kBF16 ? 1e-5
+                                                                         : OpCase::max_nmse();
+  }
   void MakeInputs(uint64_t seed) override {
     std::mt19937_64 rng(seed);
     batch_ = MakeBatch(rng, runs_, state_rows_, mix_);
@@ -649,6 +666,7 @@ class MixerDecodeCase : public OpCase {
     norm_w_ = RandomFloats(rng, e_, 0.5f, 1.5f);
     conv_state_ = RandomFloats(rng, (state_rows_ + 1) * (s_.width - 1) * c_);
     ssm_state_ = RandomFloats(rng, (state_rows_ + 1) * e_ * s_.d_state);
+    ssm_state_ = Decode(Encode(ssm_state_, s_.state_dtype), s_.state_dtype);
   }
   absl::Status Prepare(Backend& backend) override {
     COIL_ASSIGN_OR_RETURN(d_packed_, DeviceArray::FromFloats(backend, packed_));
@@ -659,7 +677,7 @@ class MixerDecodeCase : public OpCase {
     COIL_ASSIGN_OR_RETURN(d_bias_, DeviceArray::FromFloats(backend, dt_bias_));
     COIL_ASSIGN_OR_RETURN(d_norm_w_, DeviceArray::FromFloats(backend, norm_w_));
     COIL_ASSIGN_OR_RETURN(d_conv_state_, DeviceArray::FromFloats(backend, conv_state_));
-    COIL_ASSIGN_OR_RETURN(d_ssm_state_, DeviceArray::FromFloats(backend, ssm_state_));
+    COIL_ASSIGN_OR_RETURN(d_ssm_state_, DeviceArray::FromFloats(backend, ssm_state_, s_.state_dtype));
     // Poisoned: xbc and y are scratch, out must be written everywhere.
     const float nan = std::nanf("");
     COIL_ASSIGN_OR_RETURN(d_xbc_, DeviceArray::FromFloats(backend, std::vector<float>(rows_ * c_, nan)));
@@ -692,7 +710,7 @@ class MixerDecodeCase : public OpCase {
     options.first_head_in_group = sums_.first_head;
     const Tensor conv_state(d_conv_state_->data(), DType::kF32, {state_rows_ + 1, s_.width - 1, c_},
                             dev);
-    const Tensor ssm_state(d_ssm_state_->data(), DType::kF32,
+    const Tensor ssm_state(d_ssm_state_->data(), s_.state_dtype,
                            {state_rows_ + 1, s_.heads, s_.headdim, s_.d_state}, dev);
     const Tensor xbc(d_xbc_->data(), DType::kF32, {rows_, c_}, dev);
     const Tensor y(d_y_->data(), DType::kF32, {rows_, e_}, dev);
@@ -710,7 +728,8 @@ class MixerDecodeCase : public OpCase {
   absl::StatusOr<OpResult> Collect() override {
     OpResult r;
     COIL_ASSIGN_OR_RETURN(auto conv_state, d_conv_state_->ReadFloats());
-    COIL_ASSIGN_OR_RETURN(auto ssm_state, d_ssm_state_->ReadFloats());
+    COIL_ASSIGN_OR_RETURN(auto ssm_state_bytes, d_ssm_state_->Read());
+    const std::vector<float> ssm_state = Decode(ssm_state_bytes, s_.state_dtype);
     if (sums_.sums) {  // the gated values over y, and the sums
       COIL_ASSIGN_OR_RETURN(auto gated, d_y_->ReadFloats());
       COIL_ASSIGN_OR_RETURN(auto sums, d_sums_->ReadFloats());
@@ -729,8 +748,8 @@ class MixerDecodeCase : public OpCase {
   }
   double bytes() const override {
     // The states read and written once, the inputs and out read or written once.
-    return 4.0 * (2.0 * runs_.size() * (e_ * s_.d_state + (s_.width - 1) * c_) +
-                  rows_ * (c_ + s_.heads + 2.0 * e_)) +
+    return 2.0 * runs_.size() * e_ * s_.d_state * DTypeSize(s_.state_dtype) +
+           4.0 * (2.0 * runs_.size() * (s_.width - 1) * c_ + rows_ * (c_ + s_.heads + 2.0 * e_)) +
            rows_ * e_ * (out_dtype_ == DType::kBF16 ? 2.0 : 4.0);
   }
 
@@ -1462,6 +1481,21 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
       SsmShape{.heads = 6, .headdim = 8, .d_state = 16, .groups = 2, .chunk = 16,
                .heads_per_group = 4, .first_head = 2, .bf16_products = true},
       std::vector<int32_t>{50, 1, 7, 1}, 6, BatchMix{.max_start = 100}));
+  // A bf16 state pool: mamba2's head shape through the chunked form (both kinds of
+  // products) and decode runs; small heads through the portable forms; the fused mixer.
+  for (bool bf16_products : {false, true}) {
+    cases.push_back(std::make_unique<SsmScanCase>(
+        SsmShape{.heads = 2, .headdim = 64, .d_state = 128, .groups = 1, .chunk = 64,
+                 .bf16_products = bf16_products, .state_dtype = DType::kBF16},
+        std::vector<int32_t>{150, 1, 70, 1, 2}, 6, BatchMix{.max_start = 200, .fresh_every = 2}));
+  }
+  cases.push_back(std::make_unique<SsmScanCase>(
+      SsmShape{.heads = 5, .headdim = 8, .d_state = 16, .groups = 1, .chunk = 8,
+               .state_dtype = DType::kBF16},
+      std::vector<int32_t>{1, 19, 1, 0}, 4, BatchMix{.max_start = 100, .fresh_every = 2}));
+  cases.push_back(std::make_unique<MixerDecodeCase>(
+      MixerShape{4, 64, 128, 1, 4, DType::kBF16}, std::vector<int32_t>{1, 1, 1, 0, 1}, 7,
+      DType::kBF16, BatchMix{.fresh_every = 2}));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(5, 96, 2));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(3, 50, 1));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(4, 999, 3, true));
@@ -1585,6 +1619,10 @@ std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode, int cont
   cases.push_back(std::make_unique<CausalConv1dCase>(1792, 4, runs, state_rows));
   cases.push_back(
       std::make_unique<SsmScanCase>(SsmShape{24, 64, 128, 1, 256}, runs, state_rows));
+  cases.push_back(std::make_unique<SsmScanCase>(
+      SsmShape{.heads = 24, .headdim = 64, .d_state = 128, .groups = 1, .chunk = 256,
+               .state_dtype = DType::kBF16},
+      runs, state_rows));
   if (!decode) {  // the bf16 model's chunked path (decode runs never take it)
     cases.push_back(std::make_unique<SsmScanCase>(
         SsmShape{.heads = 24, .headdim = 64, .d_state = 128, .groups = 1, .chunk = 256,
@@ -1597,6 +1635,9 @@ std::vector<std::unique_ptr<OpCase>> PerfOpCases(int rows, bool decode, int cont
   if (decode) {  // what a decode step of a bf16 model runs between in_proj and out_proj
     cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{24, 64, 128, 1, 4}, runs,
                                                       state_rows, DType::kBF16));
+    // The same with a bf16 state pool (half the state's bytes).
+    cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{24, 64, 128, 1, 4, DType::kBF16},
+                                                      runs, state_rows, DType::kBF16));
     // A TP2 rank's half of it: 12 heads of the one group of 24.
     cases.push_back(std::make_unique<MixerDecodeCase>(MixerShape{12, 64, 128, 1, 4}, runs,
                                                       state_rows, DType::kF32, BatchMix{},

@@ -5,19 +5,22 @@
 //    rounding with bf16 products (SsmScanOptions::bf16_products), which the CPU takes where
 //    it has AMX or AVX-512 BF16 (and otherwise computes as fp32, the same bits);
 //  - a prompt split at chunk multiples gives the bits of the whole prompt (at any split in
-//    the reference mode), with and without bf16 products;
+//    the reference mode), with and without bf16 products, with an f32 or a bf16 state;
 //  - a sequence's outputs do not depend on what else shares the step or on the threads,
-//    with and without bf16 products;
+//    in each of those settings;
+//  - a bf16 state is the f32 state rounded: within a piece the step computes in fp32;
 //  - swapped slots, a fresh sequence on a dirty slot, and the head-to-group mapping.
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/bf16_gemm.h"
+#include "kernels/cpu/vec_math.h"
 #include "tests/unit/kernels/op_test_util.h"
 
 namespace coil {
@@ -45,9 +48,10 @@ SeqInputs RandomSeq(std::mt19937_64& rng, int64_t tokens) {
 // The layer's weights and the state pool (rows + scratch), all host memory.
 struct Layer {
   std::vector<float> conv_w, conv_b, a_log, d, dt_bias;
-  std::vector<float> conv_state, ssm_state;
+  std::vector<float> conv_state, ssm_state;  // a bf16 state is kept here widened
   int64_t chunk = 8;
   bool bf16_products = false;
+  bool bf16_state = false;
 
   explicit Layer(uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -66,6 +70,14 @@ struct Layer {
     std::vector<float> r(ConvRow(slot), ConvRow(slot) + (kWidth - 1) * kConvChannels);
     r.insert(r.end(), SsmRow(slot), SsmRow(slot) + kHeads * kHeaddim * kDState);
     return r;
+  }
+  // Rounds the SSM state's values to bf16 (what a bf16 pool holds).
+  void RoundState() {
+    for (float& v : ssm_state) v = Bf16ToFloat(FloatToBf16(v));
+  }
+  void UseBf16State() {
+    bf16_state = true;
+    RoundState();
   }
   void CopyRow(int from, int to) {
     std::memcpy(ConvRow(to), ConvRow(from), sizeof(float) * (kWidth - 1) * kConvChannels);
@@ -108,13 +120,22 @@ std::vector<std::vector<float>> Step(Backend& backend, Layer& layer,
   SsmScanOptions options;
   options.chunk_size = layer.chunk;
   options.bf16_products = layer.bf16_products;
+  // A bf16 pool: the values (bf16 already) narrowed exactly, and widened back afterwards.
+  std::vector<uint16_t> narrow;
+  if (layer.bf16_state) {
+    for (float v : layer.ssm_state) narrow.push_back(FloatToBf16(v));
+  }
+  const Tensor ssm_state =
+      layer.bf16_state
+          ? Tensor(narrow.data(), DType::kBF16, {kStateRows + 1, kHeads, kHeaddim, kDState})
+          : f(layer.ssm_state, {kStateRows + 1, kHeads, kHeaddim, kDState});
   s = backend.SsmScan(conv.Columns(0, kInner), f(dt, {rows, kHeads}), f(layer.a_log, {kHeads}),
                       conv.Columns(kInner, kGroups * kDState),
                       conv.Columns(kInner + kGroups * kDState, kGroups * kDState),
-                      f(layer.d, {kHeads}), f(layer.dt_bias, {kHeads}), options, batch,
-                      f(layer.ssm_state, {kStateRows + 1, kHeads, kHeaddim, kDState}),
+                      f(layer.d, {kHeads}), f(layer.dt_bias, {kHeads}), options, batch, ssm_state,
                       f(y, {rows, kInner}));
   EXPECT_TRUE(s.ok()) << s;
+  for (size_t i = 0; i < narrow.size(); ++i) layer.ssm_state[i] = Bf16ToFloat(narrow[i]);
   std::vector<std::vector<float>> out;
   for (int i = 0; i < batch.num_seqs(); ++i) {
     out.emplace_back(y.begin() + batch.run_begin(i) * kInner,
@@ -146,31 +167,45 @@ std::vector<float> RunSplit(Backend& backend, Layer& layer, const SeqInputs& seq
   return y;
 }
 
-// Each test that takes the chunked form runs with fp32 and with bf16 products.
-class ProductsTest : public ::testing::TestWithParam<bool> {};
-INSTANTIATE_TEST_SUITE_P(Products, ProductsTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "bf16" : "fp32";
+// Each test that takes the chunked form runs with fp32 and with bf16 products, and with an
+// f32 and a bf16 state.
+struct Setting {
+  bool bf16_products, bf16_state;
+  void Apply(Layer& layer) const {
+    layer.bf16_products = bf16_products;
+    if (bf16_state) layer.UseBf16State();
+  }
+};
+class SettingsTest : public ::testing::TestWithParam<Setting> {};
+INSTANTIATE_TEST_SUITE_P(Settings, SettingsTest,
+                         ::testing::Values(Setting{false, false}, Setting{true, false},
+                                           Setting{false, true}, Setting{true, true}),
+                         [](const ::testing::TestParamInfo<Setting>& info) {
+                           return std::string(info.param.bf16_products ? "bf16" : "fp32") +
+                                  "_products_" + (info.param.bf16_state ? "bf16" : "f32") +
+                                  "_state";
                          });
 
-TEST_P(ProductsTest, ChunkedScanMatchesTheRecurrence) {
+TEST_P(SettingsTest, ChunkedScanMatchesTheRecurrence) {
   // (length, chunk): 37/8 and 50/16 leave a partial last chunk; 32/8 divides; 9/256 is
   // a single partial chunk; 100/64 has pieces longer than the bf16 form's 32-row blocks.
   // The sequence resumes from a random state at position 0. Bounds: fp32 sums differ from
   // the recurrence by rounding only (1e-5 relative); bf16 operands carry 2^-9 relative
-  // error each, so outputs and states are compared by NMSE (measured about 1e-5 here;
-  // a misplaced operand or block gives about 1).
+  // error each, and a bf16 state rounded from slightly different fp32 values can land one
+  // bf16 step apart, so outputs and states are then compared by NMSE (measured about 1e-5
+  // here; a misplaced operand or block gives about 1).
   for (auto [length, chunk] : std::vector<std::pair<int64_t, int64_t>>{
            {37, 8}, {32, 8}, {50, 16}, {9, 256}, {64, 5}, {100, 64}}) {
     std::mt19937_64 rng(length * 1000 + chunk);
     const SeqInputs seq = RandomSeq(rng, length);
     Layer fast_layer(7), ref_layer(7);
     fast_layer.chunk = ref_layer.chunk = chunk;
-    fast_layer.bf16_products = GetParam();
+    GetParam().Apply(fast_layer);
+    if (GetParam().bf16_state) ref_layer.UseBf16State();  // rounded at the same boundaries
     auto fast = Cpu(false), ref = Cpu(true);
     const auto y_fast = RunSplit(*fast, fast_layer, seq, 3, {length}, false);
     const auto y_ref = RunSplit(*ref, ref_layer, seq, 3, {length}, false);
-    if (GetParam()) {
+    if (GetParam().bf16_products || GetParam().bf16_state) {
       EXPECT_LE(testing::Nmse(y_fast, y_ref), 1e-4) << "length " << length << " chunk " << chunk;
       EXPECT_LE(testing::Nmse(fast_layer.Row(3), ref_layer.Row(3)), 1e-4)
           << "final state, length " << length << " chunk " << chunk;
@@ -206,12 +241,13 @@ TEST(RecurrentOpsTest, Bf16ProductsAreTakenWhereTheCpuHasThem) {
   }
 }
 
-TEST_P(ProductsTest, SplitAtChunkMultiplesEqualsWholeBitForBit) {
+TEST_P(SettingsTest, SplitAtChunkMultiplesEqualsWholeBitForBit) {
   std::mt19937_64 rng(37);
   const SeqInputs seq = RandomSeq(rng, 37);
   auto fast = Cpu(false);
   Layer whole(3), split(3);
-  whole.bf16_products = split.bf16_products = GetParam();
+  GetParam().Apply(whole);
+  GetParam().Apply(split);
   const auto y_whole = RunSplit(*fast, whole, seq, 5, {37}, true);
   const auto y_split = RunSplit(*fast, split, seq, 5, {8, 8, 21}, true);
   EXPECT_TRUE(SameBits(y_whole, y_split));
@@ -233,7 +269,47 @@ TEST(RecurrentOpsTest, ReferenceModeSplitAnywhereEqualsWholeBitForBit) {
   EXPECT_TRUE(SameBits(whole.Row(0), split.Row(0)));
 }
 
-TEST_P(ProductsTest, OutputsDoNotDependOnTheBatchOrTheThreads) {
+TEST(RecurrentOpsTest, ReferenceModeSplitAtChunkMultiplesEqualsWholeWithABf16State) {
+  // The reference mode rounds a bf16 state at the chunk boundaries too.
+  std::mt19937_64 rng(39);
+  const SeqInputs seq = RandomSeq(rng, 37);
+  auto ref = Cpu(true);
+  Layer whole(4), split(4);
+  whole.UseBf16State();
+  split.UseBf16State();
+  const auto y_whole = RunSplit(*ref, whole, seq, 0, {37}, true);
+  const auto y_split = RunSplit(*ref, split, seq, 0, {8, 16, 13}, true);
+  EXPECT_TRUE(SameBits(y_whole, y_split));
+  EXPECT_TRUE(SameBits(whole.Row(0), split.Row(0)));
+}
+
+TEST(RecurrentOpsTest, ABf16StateIsTheF32StateRounded) {
+  // From the same (bf16) state, one piece with an f32 and with a bf16 state: the same
+  // outputs, bit for bit (the step computes in fp32), and the bf16 state is the f32 state
+  // rounded to nearest even. A decode token, then a 20-token piece (chunk 64), on the fast
+  // kernels (with both kinds of products) and the reference.
+  std::mt19937_64 rng(40);
+  const SeqInputs seq = RandomSeq(rng, 41);
+  for (bool reference : {false, true}) {
+    for (bool bf16_products : {false, true}) {
+      auto backend = Cpu(reference);
+      Layer f32(13), bf16(13);
+      f32.chunk = bf16.chunk = 64;
+      f32.bf16_products = bf16.bf16_products = bf16_products;
+      f32.RoundState();
+      bf16.UseBf16State();
+      for (auto [begin, length] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 20}}) {
+        const auto y_f32 = Step(*backend, f32, {{&seq, begin, length, 2, false}})[0];
+        const auto y_bf16 = Step(*backend, bf16, {{&seq, begin, length, 2, false}})[0];
+        EXPECT_TRUE(SameBits(y_f32, y_bf16)) << "reference " << reference << " length " << length;
+        f32.RoundState();
+        EXPECT_TRUE(SameBits(f32.Row(2), bf16.Row(2))) << "reference " << reference;
+      }
+    }
+  }
+}
+
+TEST_P(SettingsTest, OutputsDoNotDependOnTheBatchOrTheThreads) {
   // The probe: a 21-token prefill resuming at position 11 of a 32-token sequence, then one
   // decode token. Alone (1 thread) versus inside batches of 2, 7 and 32 other sequences
   // (decodes first, then prefills, as the scheduler packs them) on 2 threads.
@@ -243,13 +319,13 @@ TEST_P(ProductsTest, OutputsDoNotDependOnTheBatchOrTheThreads) {
   for (int i = 0; i < 32; ++i) others.push_back(RandomSeq(rng, 1 + (i * 7) % 19));
   auto solo_backend = Cpu(false, 1);
   Layer solo(11);
-  solo.bf16_products = GetParam();
+  GetParam().Apply(solo);
   const auto solo_prefill = Step(*solo_backend, solo, {{&probe, 11, 21, 0, false}})[0];
   const auto solo_decode = Step(*solo_backend, solo, {{&probe, 32, 1, 0, false}})[0];
   for (int n_others : {2, 7, 32}) {
     auto backend = Cpu(false, 2);
     Layer batched(11);
-    batched.bf16_products = GetParam();
+    GetParam().Apply(batched);
     std::vector<Entry> decodes, prefills;
     for (int i = 0; i < n_others; ++i) {
       const SeqInputs& o = others[i];

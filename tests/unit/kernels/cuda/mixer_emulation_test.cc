@@ -35,6 +35,7 @@ struct Case {
   int32_t state_rows;
   // MixerDecodeSumSquares when > 0: heads_per_group and the first head's place in its group.
   int32_t heads_per_group = 0, first_head = 0;
+  DType state_dtype = DType::kF32;  // the SSM state pool's type
 };
 
 std::string CaseName(const Case& c) {
@@ -42,23 +43,34 @@ std::string CaseName(const Case& c) {
                       c.width, "_v", c.vec, "s", c.steps, "_n", c.runs.size(),
                       c.heads_per_group > 0
                           ? absl::StrCat("_sums_hpg", c.heads_per_group, "_first", c.first_head)
-                          : "");
+                          : "",
+                      c.state_dtype == DType::kBF16 ? "_statebf16" : "");
 }
 
 void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
 
 class MixerEmulationTest : public ::testing::TestWithParam<Case> {};
 
-template <int kVec, int kSteps>
-void RunGrid(const MixerDecodeParams& p, const std::vector<int64_t>& order,
-             std::vector<float>& out) {
+template <int kVec, int kSteps, typename StateT>
+void RunGridOf(const MixerDecodeParams& p, const std::vector<int64_t>& order,
+               std::vector<float>& out) {
   std::vector<float> shared(static_cast<size_t>(MixerSmemFloats(p.scan.d_state)));
   MixerHostExec ex;
   for (int64_t block : order) {
     std::fill(shared.begin(), shared.end(), std::nanf(""));  // no state between blocks
     const MixerSmem sm = MixerSmemAt(shared.data(), p.scan.d_state);
-    MixerDecodeBlock<kVec, kSteps>(ex, sm, p, block,
-                                   [&out](int64_t at, float v) { out[static_cast<size_t>(at)] = v; });
+    MixerDecodeBlock<kVec, kSteps, StateT>(
+        ex, sm, p, block, [&out](int64_t at, float v) { out[static_cast<size_t>(at)] = v; });
+  }
+}
+
+template <int kVec, int kSteps>
+void RunGrid(const MixerDecodeParams& p, const std::vector<int64_t>& order,
+             std::vector<float>& out) {
+  if (p.scan.state_bf16) {
+    RunGridOf<kVec, kSteps, uint16_t>(p, order, out);
+  } else {
+    RunGridOf<kVec, kSteps, float>(p, order, out);
   }
 }
 
@@ -88,15 +100,19 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
   std::vector<float> norm_w = ::coil::testing::RandomFloats(rng, E, 0.5f, 1.5f);
   const std::vector<float> conv0 =
       ::coil::testing::RandomFloats(rng, (c.state_rows + 1) * (c.width - 1) * C);
-  const std::vector<float> ssm0 =
-      ::coil::testing::RandomFloats(rng, (c.state_rows + 1) * E * c.d_state);
+  // A bf16 pool starts from values it can hold.
+  const std::vector<float> ssm0 = ::coil::testing::Decode(
+      ::coil::testing::Encode(
+          ::coil::testing::RandomFloats(rng, (c.state_rows + 1) * E * c.d_state), c.state_dtype),
+      c.state_dtype);
 
   // The reference: the CPU reference mode's ops (MixerDecode's and MixerDecodeSumSquares's
   // default).
   const bool sums = c.heads_per_group > 0;
   auto reference = CreateBackend(BackendKind::kCpu, {.threads = 1, .use_reference = true});
   ASSERT_TRUE(reference.ok()) << reference.status();
-  std::vector<float> in = packed, want_conv = conv0, want_ssm = ssm0;
+  std::vector<float> in = packed, want_conv = conv0;
+  std::vector<uint8_t> want_ssm_bytes = ::coil::testing::Encode(ssm0, c.state_dtype);
   std::vector<float> xbc(rows * C), y(rows * E), want_out(rows * E), want_sums(rows * c.groups);
   const Tensor in_t(in.data(), DType::kF32, {rows, row_width});
   const MixerWeights w{Tensor(conv_w.data(), DType::kF32, {C, c.width}),
@@ -109,7 +125,7 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
   options.heads_per_group = c.heads_per_group;
   options.first_head_in_group = c.first_head;
   const Tensor want_conv_t(want_conv.data(), DType::kF32, {c.state_rows + 1, c.width - 1, C});
-  const Tensor want_ssm_t(want_ssm.data(), DType::kF32,
+  const Tensor want_ssm_t(want_ssm_bytes.data(), c.state_dtype,
                           {c.state_rows + 1, c.heads, c.headdim, c.d_state});
   if (sums) {
     const absl::Status done =
@@ -131,8 +147,11 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
     ASSERT_TRUE(done.ok()) << done;
   }
 
+  const std::vector<float> want_ssm = ::coil::testing::Decode(want_ssm_bytes, c.state_dtype);
+
   // The emulated kernel, as LaunchMixerDecode fills its parameters.
-  std::vector<float> got_conv = conv0, got_ssm = ssm0, got_y(rows * E, std::nanf(""));
+  std::vector<float> got_conv = conv0, got_y(rows * E, std::nanf(""));
+  std::vector<uint8_t> got_ssm_bytes = ::coil::testing::Encode(ssm0, c.state_dtype);
   std::vector<float> got_out(rows * E, std::nanf(""));
   // The sums as columns [1, 1 + groups) of a wider buffer, whose other columns must stay.
   const int64_t sums_stride = c.groups + 2;
@@ -157,7 +176,8 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
   s.a_log = a_log.data();
   s.d = d.data();
   s.dt_bias = dt_bias.data();
-  s.state = got_ssm.data();
+  s.state = got_ssm_bytes.data();
+  s.state_bf16 = c.state_dtype == DType::kBF16;
   s.y = got_y.data();
   s.dt_stride = row_width;
   s.y_stride = E;
@@ -220,7 +240,8 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
     // And bit for bit what GatedSumSquaresKernel makes of each group's columns (a view from
     // the group's first column, 256 threads, BlockSum) from the same grid's y, which the
     // normalising form leaves in y: the sums form must sum as the unfused kernel does.
-    std::vector<float> raw_conv = conv0, raw_ssm = ssm0, raw_y(rows * E, std::nanf(""));
+    std::vector<float> raw_conv = conv0, raw_y(rows * E, std::nanf(""));
+    std::vector<uint8_t> raw_ssm = ::coil::testing::Encode(ssm0, c.state_dtype);
     std::vector<float> raw_out(rows * E, std::nanf(""));
     MixerDecodeParams q = p;
     q.conv.state = raw_conv.data();
@@ -229,7 +250,7 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
     q.sumsq = nullptr;
     run_grid(q, raw_out);
     ASSERT_EQ(raw_conv, got_conv);
-    ASSERT_EQ(raw_ssm, got_ssm);
+    ASSERT_EQ(raw_ssm, got_ssm_bytes);
     MixerHostExec ex;
     for (int64_t t = 0; t < rows; ++t) {
       const float* zr = packed.data() + t * row_width;
@@ -288,9 +309,11 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
   EXPECT_EQ(tickets, std::vector<int32_t>(tickets.size(), 0)) << "a ticket was left taken";
   // The states: the slots the batch uses like the reference, every other row (the scratch
   // row too) bit for bit as it was.
+  // A bf16 state rounded from fp32 values that differ in their last bits can land one bf16
+  // step apart (the reference sums in another order): bound 1e-5 there.
   auto check_rows = [&](const char* name, const std::vector<float>& got,
                         const std::vector<float>& want, const std::vector<float>& initial,
-                        int64_t row_floats) {
+                        int64_t row_floats, double bound) {
     for (int32_t row = 0; row <= c.state_rows; ++row) {
       const bool used = row != c.state_rows &&
                         std::find(batch.slots.begin(), batch.slots.end(), row) != batch.slots.end();
@@ -298,7 +321,7 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
       if (used) {
         const std::vector<float> b(want.begin() + row * row_floats,
                                    want.begin() + (row + 1) * row_floats);
-        EXPECT_LE(::coil::testing::Nmse(a, b), 1e-9) << name << " slot " << row;
+        EXPECT_LE(::coil::testing::Nmse(a, b), bound) << name << " slot " << row;
       } else {
         EXPECT_EQ(0, std::memcmp(a.data(), initial.data() + row * row_floats,
                                  row_floats * sizeof(float)))
@@ -306,8 +329,9 @@ TEST_P(MixerEmulationTest, MatchesTheThreeOps) {
       }
     }
   };
-  check_rows("conv_state", got_conv, want_conv, conv0, (c.width - 1) * C);
-  check_rows("ssm_state", got_ssm, want_ssm, ssm0, E * c.d_state);
+  check_rows("conv_state", got_conv, want_conv, conv0, (c.width - 1) * C, 1e-9);
+  check_rows("ssm_state", ::coil::testing::Decode(got_ssm_bytes, c.state_dtype), want_ssm, ssm0,
+             E * c.d_state, c.state_dtype == DType::kBF16 ? 1e-5 : 1e-9);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -325,6 +349,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{2, 8, 600, 2, 2, 4, 4, {1, 1}, 3},
         // mamba2's head shape: 4 tiles per head, one group; many sequences.
         Case{4, 64, 128, 1, 4, 4, 1, {1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1}, 12},
+        // The same with a bf16 state, and a bf16 state with scalar loads over several spans.
+        Case{4, 64, 128, 1, 4, 4, 1, {1, 1, 0, 1, 1, 1, 0, 1}, 9, 0, 0, DType::kBF16},
+        Case{2, 10, 70, 1, 4, 1, 4, {1, 0, 1, 1}, 5, 0, 0, DType::kBF16},
         // The sums form: one head of the first group then four of the second, partial tiles.
         Case{5, 24, 20, 2, 4, 4, 1, {1, 1, 0, 1, 0, 1}, 6, 4, 3},
         // Whole groups (two of two heads) in the sums form.

@@ -4,8 +4,9 @@
 // scratch layout and per-element formulas (ssm_scan_math.h) for longer runs, against the
 // CPU backend's reference mode (the token-by-token recurrence). What this cannot check is
 // GPU-only: the 64x64 tiling, the warp scans and shuffles, the device-built chunk list
-// (built with the same geometry: ssd_chunks_test) and the launch geometry. Runs without a
-// GPU.
+// (built with the same geometry: ssd_chunks_test) and the launch geometry. Each runs with an
+// f32 state and with a bf16 one (widened on load, rounded after every chunk and on store),
+// the latter against the reference with a bf16 state. Runs without a GPU.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -75,11 +76,17 @@ void EmulateCumsum(const SsmScanParams& p, const SsdScratch& w, int64_t chunks) 
   }
 }
 
-// Phase 3: state passing.
+// Phase 3: state passing, for the state's element type.
 void EmulatePassing(const SsmScanParams& p, const SsdScratch& w) {
   for (int32_t s = 0; s < p.num_seqs; ++s) {
     for (int32_t head = 0; head < p.heads; ++head) {
-      for (int64_t e = 0; e < int64_t{p.headdim} * p.d_state; ++e) SsdPassState(p, w, s, head, e);
+      for (int64_t e = 0; e < int64_t{p.headdim} * p.d_state; ++e) {
+        if (p.state_bf16) {
+          SsdPassState<uint16_t>(p, w, s, head, e);
+        } else {
+          SsdPassState<float>(p, w, s, head, e);
+        }
+      }
     }
   }
 }
@@ -181,8 +188,8 @@ void EmulateTiledChunkedScan(const SsmScanParams& p, const RecurrentBatch& batch
 
 // The decode kernel for every run of one token: one (sequence, head) at a time, rows in
 // groups of kRows (a warp's), the 32 lanes' partial sums added as the shuffles would.
-template <int kVec, int kSteps>
-void EmulateDecode(const SsmScanParams& p) {
+template <int kVec, int kSteps, typename StateT>
+void EmulateDecodeOf(const SsmScanParams& p) {
   constexpr int kRows = 4;
   const int32_t P = p.headdim, N = p.d_state;
   for (int32_t seq = 0; seq < p.num_seqs; ++seq) {
@@ -196,7 +203,7 @@ void EmulateDecode(const SsmScanParams& p) {
       const float decay = expf(SsmA(p, head) * dtv);
       const int32_t slot = p.slots[seq];
       const bool scratch = slot == p.state_rows;
-      float* state = p.state + (int64_t{slot} * p.heads + head) * P * N;
+      StateT* state = SsmStateOf<StateT>(p, slot, head);
       const float* x_row = p.x + row * p.x_stride + int64_t{head} * P;
       float* y_row = p.y + row * p.y_stride + int64_t{head} * P;
       for (int32_t p_base = 0; p_base < P; p_base += kRows) {
@@ -213,6 +220,15 @@ void EmulateDecode(const SsmScanParams& p) {
         }
       }
     }
+  }
+}
+
+template <int kVec, int kSteps>
+void EmulateDecode(const SsmScanParams& p) {
+  if (p.state_bf16) {
+    EmulateDecodeOf<kVec, kSteps, uint16_t>(p);
+  } else {
+    EmulateDecodeOf<kVec, kSteps, float>(p);
   }
 }
 
@@ -240,11 +256,14 @@ struct Problem {
   int64_t rows = 0, hp = 0, gn = 0, width = 0, state_floats = 0;
   std::vector<float> packed, a_log, d, dt_bias, initial, want_state, want_y;
   SsmScanOptions options;
+  DType state_dtype = DType::kF32;
 };
 
-Problem MakeProblem(const Case& c) {
+// state_dtype: the pool's type; a bf16 pool starts from values it can hold.
+Problem MakeProblem(const Case& c, DType state_dtype = DType::kF32) {
   const Shape& sh = c.shape;
   Problem pr;
+  pr.state_dtype = state_dtype;
   std::mt19937_64 rng(::coil::testing::SeedFromName(CaseName(c)));
   const std::vector<int32_t> slots =
       ::coil::testing::ShuffledSlots(rng, static_cast<int>(c.runs.size()), c.state_rows);
@@ -268,13 +287,14 @@ Problem MakeProblem(const Case& c) {
   pr.dt_bias = ::coil::testing::RandomFloats(rng, sh.heads, -4.0f, -1.0f);
   pr.state_floats = int64_t{sh.heads} * sh.headdim * sh.d_state;
   pr.initial = ::coil::testing::RandomFloats(rng, (c.state_rows + 1) * pr.state_floats);
+  pr.initial = ::coil::testing::Decode(::coil::testing::Encode(pr.initial, state_dtype), state_dtype);
   pr.options.chunk_size = sh.chunk;
   pr.options.heads_per_group = sh.heads_per_group;
   pr.options.first_head_in_group = sh.first_head;
 
   auto reference = CreateBackend(BackendKind::kCpu, {.threads = 1, .use_reference = true});
   EXPECT_TRUE(reference.ok()) << reference.status();
-  pr.want_state = pr.initial;
+  std::vector<uint8_t> want_state = ::coil::testing::Encode(pr.initial, state_dtype);
   pr.want_y.assign(pr.rows * pr.hp, 0.0f);
   const Tensor packed_t(pr.packed.data(), DType::kF32, {pr.rows, pr.width});
   const absl::Status status =
@@ -284,15 +304,17 @@ Problem MakeProblem(const Case& c) {
                     packed_t.Columns(pr.hp, pr.gn), packed_t.Columns(pr.hp + pr.gn, pr.gn),
                     Tensor(pr.d.data(), DType::kF32, {sh.heads}),
                     Tensor(pr.dt_bias.data(), DType::kF32, {sh.heads}), pr.options, pr.batch,
-                    Tensor(pr.want_state.data(), DType::kF32,
+                    Tensor(want_state.data(), state_dtype,
                            {c.state_rows + 1, sh.heads, sh.headdim, sh.d_state}),
                     Tensor(pr.want_y.data(), DType::kF32, {pr.rows, pr.hp}));
   EXPECT_TRUE(status.ok()) << status;
+  pr.want_state = ::coil::testing::Decode(want_state, state_dtype);
   return pr;
 }
 
-// The launcher's parameters over the problem's host arrays, writing `state` and `y`.
-SsmScanParams ParamsOf(const Case& c, Problem& pr, std::vector<float>& state,
+// The launcher's parameters over the problem's host arrays, writing `state` (the pool's
+// bytes, of the problem's state type) and `y`.
+SsmScanParams ParamsOf(const Case& c, Problem& pr, std::vector<uint8_t>& state,
                        std::vector<float>& y) {
   const Shape& sh = c.shape;
   SsmScanParams p{};
@@ -305,6 +327,7 @@ SsmScanParams ParamsOf(const Case& c, Problem& pr, std::vector<float>& state,
   p.d = pr.d.data();
   p.dt_bias = pr.dt_bias.data();
   p.state = state.data();
+  p.state_bf16 = pr.state_dtype == DType::kBF16;
   p.y = y.data();
   p.y_stride = pr.hp;
   p.cu_seqlens = pr.batch.cu_seqlens.data();
@@ -327,8 +350,9 @@ SsmScanParams ParamsOf(const Case& c, Problem& pr, std::vector<float>& state,
 
 // y (every row written) and the state pool (the slots the batch uses like the reference,
 // every other row, the scratch row too, bit for bit as it was).
-void ExpectMatches(const Case& c, const Problem& pr, const std::vector<float>& state,
+void ExpectMatches(const Case& c, const Problem& pr, const std::vector<uint8_t>& state_bytes,
                    const std::vector<float>& y, double max_nmse = 1e-7) {
+  const std::vector<float> state = ::coil::testing::Decode(state_bytes, pr.state_dtype);
   for (size_t i = 0; i < y.size(); ++i) ASSERT_FALSE(std::isnan(y[i])) << "y[" << i << "]";
   EXPECT_LE(::coil::testing::Nmse(y, pr.want_y), max_nmse);
   for (int row = 0; row <= c.state_rows; ++row) {
@@ -357,8 +381,8 @@ class SsmEmulationTest : public ::testing::TestWithParam<Case> {};
 TEST_P(SsmEmulationTest, MatchesTheReferenceRecurrence) {
   const Case& c = GetParam();
   Problem pr = MakeProblem(c);
-  using Decode = void (*)(const SsmScanParams&);
-  std::vector<std::pair<std::string, Decode>> forms = {
+  using DecodeForm = void (*)(const SsmScanParams&);
+  std::vector<std::pair<std::string, DecodeForm>> forms = {
       {"v1s1", EmulateDecode<1, 1>}, {"v1s2", EmulateDecode<1, 2>}, {"v1s4", EmulateDecode<1, 4>}};
   if (c.shape.d_state % 4 == 0) {
     forms.push_back({"v4s1", EmulateDecode<4, 1>});
@@ -367,7 +391,8 @@ TEST_P(SsmEmulationTest, MatchesTheReferenceRecurrence) {
   }
   for (const auto& [name, decode] : forms) {
     SCOPED_TRACE(name);
-    std::vector<float> state = pr.initial, y(pr.rows * pr.hp, std::nanf(""));
+    std::vector<uint8_t> state = ::coil::testing::Encode(pr.initial, pr.state_dtype);
+    std::vector<float> y(pr.rows * pr.hp, std::nanf(""));
     const SsmScanParams p = ParamsOf(c, pr, state, y);
     decode(p);
     EmulateChunkedScan(p, pr.batch, c.shape.chunk);
@@ -385,7 +410,8 @@ TEST_P(SsmEmulationTest, TiledBlocksMatchTheReferenceInBothProductForms) {
   Problem pr = MakeProblem(c);
   {
     SCOPED_TRACE("fp32 tiles");
-    std::vector<float> state = pr.initial, y(pr.rows * pr.hp, std::nanf(""));
+    std::vector<uint8_t> state = ::coil::testing::Encode(pr.initial, pr.state_dtype);
+    std::vector<float> y(pr.rows * pr.hp, std::nanf(""));
     const SsmScanParams p = ParamsOf(c, pr, state, y);
     EmulateDecode<1, 1>(p);
     EmulateTiledChunkedScan<false>(p, pr.batch, c.shape.chunk);
@@ -393,7 +419,8 @@ TEST_P(SsmEmulationTest, TiledBlocksMatchTheReferenceInBothProductForms) {
   }
   {
     SCOPED_TRACE("bf16 tiles");
-    std::vector<float> state = pr.initial, y(pr.rows * pr.hp, std::nanf(""));
+    std::vector<uint8_t> state = ::coil::testing::Encode(pr.initial, pr.state_dtype);
+    std::vector<float> y(pr.rows * pr.hp, std::nanf(""));
     const SsmScanParams p = ParamsOf(c, pr, state, y);
     EmulateDecode<1, 1>(p);
     EmulateTiledChunkedScan<true>(p, pr.batch, c.shape.chunk);
@@ -403,6 +430,35 @@ TEST_P(SsmEmulationTest, TiledBlocksMatchTheReferenceInBothProductForms) {
       std::printf("bf16 tiles: y NMSE %.3g\n", nmse);
     }
   }
+}
+
+// A bf16 state: the decode forms and the fp32 tiles against the reference with a bf16
+// state, which rounds at the same points (after every chunk, on the store). fp32 values
+// that differ in their last bits can round one bf16 step (2^-8) apart: NMSE about 1e-7
+// here, bound 1e-5; a state read or written as the wrong type gives about 1.
+TEST_P(SsmEmulationTest, Bf16StateMatchesTheReference) {
+  const Case& c = GetParam();
+  Problem pr = MakeProblem(c, DType::kBF16);
+  using DecodeForm = void (*)(const SsmScanParams&);
+  std::vector<std::pair<std::string, DecodeForm>> forms = {{"v1s1", EmulateDecode<1, 1>},
+                                                           {"v1s4", EmulateDecode<1, 4>}};
+  if (c.shape.d_state % 4 == 0) forms.push_back({"v4s2", EmulateDecode<4, 2>});
+  for (const auto& [name, decode] : forms) {
+    SCOPED_TRACE(name);
+    std::vector<uint8_t> state = ::coil::testing::Encode(pr.initial, pr.state_dtype);
+    std::vector<float> y(pr.rows * pr.hp, std::nanf(""));
+    const SsmScanParams p = ParamsOf(c, pr, state, y);
+    decode(p);
+    EmulateChunkedScan(p, pr.batch, c.shape.chunk);
+    ExpectMatches(c, pr, state, y, 1e-5);
+  }
+  SCOPED_TRACE("fp32 tiles");
+  std::vector<uint8_t> state = ::coil::testing::Encode(pr.initial, pr.state_dtype);
+  std::vector<float> y(pr.rows * pr.hp, std::nanf(""));
+  const SsmScanParams p = ParamsOf(c, pr, state, y);
+  EmulateDecode<1, 1>(p);
+  EmulateTiledChunkedScan<false>(p, pr.batch, c.shape.chunk);
+  ExpectMatches(c, pr, state, y, 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(
