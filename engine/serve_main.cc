@@ -253,7 +253,8 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
         " heads; start a number of ranks that divides ", plan.model.nheads()));
   }
   COIL_ASSIGN_OR_RETURN(plan.state_bytes_per_sequence,
-                        model::MaxStateBytesPerSequence(plan.model, tp_size));
+                        model::MaxStateBytesPerSequence(plan.model, tp_size,
+                                                        RunnerOptionsFromCommandLine().state_dtype));
   const int32_t block_size = absl::GetFlag(FLAGS_block_size);
   if (block_size < 1) {
     return absl::InvalidArgumentError(
@@ -633,7 +634,9 @@ int Main(int argc, char** argv) {
   if (!Ready(runtime.Agree(plan.status()), "configuration", rank)) return 1;
   if (rank == 0) {
     COIL_LOG(INFO)
-        << "budgets per rank: " << plan->budgets.description << "; max_num_seqs "
+        << "budgets per rank: " << plan->budgets.description << " (SSM state "
+        << (RunnerOptionsFromCommandLine().state_dtype == DType::kBF16 ? "bf16" : "f32")
+        << "); max_num_seqs "
         << plan->scheduler.max_num_seqs << ", max_batched_tokens "
         << plan->scheduler.max_batched_tokens << ", max_model_len " << plan->scheduler.max_model_len
         << ", max_queue " << plan->scheduler.max_queue << "; prefix cache "

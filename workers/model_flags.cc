@@ -8,11 +8,31 @@ ABSL_FLAG(std::string, weights, "auto",
 ABSL_FLAG(bool, cuda_graphs, true,
           "with --device cuda: replay decode-only steps as CUDA graphs (false: op by op, for "
           "debugging)");
+ABSL_FLAG(coil::StateDtypeFlag, state_dtype, coil::StateDtypeFlag{},
+          "the SSM state pool's type: f32, or bf16 (half the state's memory, so twice the "
+          "sequences in the same budget, and half its traffic in batched decode; stored "
+          "rounded between steps, computed in fp32 within one)");
 ABSL_FLAG(bool, fused_mixer, true,
           "run a decode step's conv, scan and gated norm as one fused op (false: its ops in "
           "turn, the same tokens; for measuring the fusion)");
 
 namespace coil {
+
+bool AbslParseFlag(absl::string_view text, StateDtypeFlag* flag, std::string* error) {
+  if (text == "f32") {
+    flag->dtype = DType::kF32;
+  } else if (text == "bf16") {
+    flag->dtype = DType::kBF16;
+  } else {
+    *error = "expected f32 or bf16";
+    return false;
+  }
+  return true;
+}
+
+std::string AbslUnparseFlag(StateDtypeFlag flag) {
+  return flag.dtype == DType::kBF16 ? "bf16" : "f32";
+}
 
 absl::StatusOr<model::LoadOptions> LoadOptionsFromCommandLine() {
   model::LoadOptions load;
@@ -28,6 +48,7 @@ absl::StatusOr<model::LoadOptions> LoadOptionsFromCommandLine() {
 RunnerOptions RunnerOptionsFromCommandLine() {
   RunnerOptions run;
   run.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  run.state_dtype = absl::GetFlag(FLAGS_state_dtype).dtype;
   return run;
 }
 

@@ -18,7 +18,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(model::Model& m
     return absl::InvalidArgumentError(
         absl::StrCat("state rows is ", state_rows, "; give at least 1 (--state-rows)"));
   }
-  COIL_ASSIGN_OR_RETURN(StatePool pool, StatePool::Create(backend, model.StateShape(state_rows)));
+  COIL_ASSIGN_OR_RETURN(StatePool pool, StatePool::Create(backend, model.StateShape(
+                                                                     state_rows, options.state_dtype)));
   std::optional<KvCache> kv_cache;
   if (model.config().has_attention()) {
     if (options.kv_pages < 1 || options.block_size < 1) {

@@ -39,6 +39,9 @@ struct RunnerOptions {
   // model's communicator can be captured; false runs every step op by op (for debugging:
   // --cuda-graphs=false).
   bool cuda_graphs = true;
+  // The SSM state pool's type (--state-dtype): f32, or bf16 for half the state's memory
+  // and traffic (stored rounded between steps, computed fp32 within one).
+  DType state_dtype = DType::kF32;
 };
 
 class ModelRunner {

@@ -90,8 +90,8 @@ absl::Status Model::LoadWeights(const checkpoint::Checkpoint& checkpoint,
   return absl::OkStatus();
 }
 
-StatePoolShape Model::StateShape(int64_t state_rows) const {
-  return ShardStateShape(config_, layout_, state_rows);
+StatePoolShape Model::StateShape(int64_t state_rows, DType ssm_dtype) const {
+  return ShardStateShape(config_, layout_, state_rows, ssm_dtype);
 }
 
 KvCacheShape Model::KvShape(int64_t pages, int64_t block_size) const {

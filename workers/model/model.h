@@ -85,8 +85,9 @@ class Model {
   // communication share of a step).
   double comm_seconds() const { return collectives_.seconds(); }
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
-  // The state pool shape this rank needs for `state_rows` sequences (its Mamba2 layers).
-  StatePoolShape StateShape(int64_t state_rows) const;
+  // The state pool shape this rank needs for `state_rows` sequences (its Mamba2 layers),
+  // the SSM state of `ssm_dtype` (f32 or bf16).
+  StatePoolShape StateShape(int64_t state_rows, DType ssm_dtype = DType::kF32) const;
   // The KV cache shape this rank needs for `pages` pages of `block_size` tokens (its
   // attention layers; K/V in bf16 for a bf16 model, else f32).
   KvCacheShape KvShape(int64_t pages, int64_t block_size) const;

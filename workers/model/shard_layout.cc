@@ -58,7 +58,7 @@ absl::StatusOr<ShardLayout> MakeShardLayout(const ModelConfig& config, int tp_si
 }
 
 StatePoolShape ShardStateShape(const ModelConfig& config, const ShardLayout& layout,
-                               int64_t state_rows) {
+                               int64_t state_rows, DType ssm_dtype) {
   StatePoolShape shape;
   shape.layers = config.num_layers(LayerKind::kMamba2);
   shape.state_rows = state_rows;
@@ -67,14 +67,16 @@ StatePoolShape ShardStateShape(const ModelConfig& config, const ShardLayout& lay
   shape.heads = layout.heads();
   shape.headdim = config.headdim;
   shape.d_state = config.d_state;
+  shape.ssm_dtype = ssm_dtype;
   return shape;
 }
 
-absl::StatusOr<int64_t> MaxStateBytesPerSequence(const ModelConfig& config, int tp_size) {
+absl::StatusOr<int64_t> MaxStateBytesPerSequence(const ModelConfig& config, int tp_size,
+                                                 DType ssm_dtype) {
   int64_t most = 0;
   for (int rank = 0; rank < tp_size; ++rank) {
     COIL_ASSIGN_OR_RETURN(const ShardLayout layout, MakeShardLayout(config, tp_size, rank));
-    most = std::max(most, ShardStateShape(config, layout, 1).bytes_per_sequence());
+    most = std::max(most, ShardStateShape(config, layout, 1, ssm_dtype).bytes_per_sequence());
   }
   return most;
 }

@@ -76,13 +76,15 @@ struct ShardLayout {
 // the attention heads, the MLP's intermediate size).
 absl::StatusOr<ShardLayout> MakeShardLayout(const ModelConfig& config, int tp_size, int rank);
 
-// The state pool of `state_rows` sequences for the rank `layout` describes.
+// The state pool of `state_rows` sequences for the rank `layout` describes, its SSM state
+// of `ssm_dtype` (f32 or bf16).
 StatePoolShape ShardStateShape(const ModelConfig& config, const ShardLayout& layout,
-                               int64_t state_rows);
+                               int64_t state_rows, DType ssm_dtype = DType::kF32);
 
 // The most state bytes one sequence takes on any rank at TP `tp_size` (every rank sizes its
 // pool for the same rows, so the largest shard decides how many fit a budget).
-absl::StatusOr<int64_t> MaxStateBytesPerSequence(const ModelConfig& config, int tp_size);
+absl::StatusOr<int64_t> MaxStateBytesPerSequence(const ModelConfig& config, int tp_size,
+                                                 DType ssm_dtype = DType::kF32);
 
 // The KV cache of `pages` pages of `block_size` tokens for the rank `layout` describes, K/V
 // kept in `dtype` (bf16 for a bf16 model). Where the local query heads are whole KV groups

@@ -1,8 +1,9 @@
 // The whole Mamba2 model on the CPU backend, one rank. Values are checked against the
 // float64 reference in reference_model.h (written from the equations, no shared code) and
 // against invariants: a prompt split over steps equals the prompt in one step, bit for bit;
-// a sequence's logits do not depend on what shares its step; the four layout/format
-// combinations of the same weights give the same logits.
+// a sequence's logits do not depend on what shares its step (both with an f32 and with a
+// bf16 SSM state); the four layout/format combinations of the same weights give the same
+// logits; a bf16 state pool holds half the SSM state's bytes.
 #include <unistd.h>
 
 #include <cmath>
@@ -63,7 +64,8 @@ std::string WriteTiny(const std::string& name, DType matrix_dtype,
 using Loaded = testing_reference::LoadedModel;
 
 std::unique_ptr<Loaded> Load(const std::string& dir, bool reference, int64_t state_rows = 4,
-                             model::WeightType weights = model::WeightType::kAuto) {
+                             model::WeightType weights = model::WeightType::kAuto,
+                             ::coil::DType state_dtype = ::coil::DType::kF32) {
   auto loaded = std::make_unique<Loaded>();
   auto files = model::OpenModelFiles(dir);
   EXPECT_TRUE(files.ok()) << files.status();
@@ -77,7 +79,11 @@ std::unique_ptr<Loaded> Load(const std::string& dir, bool reference, int64_t sta
   auto m = model::Model::Load(loaded->files, *loaded->backend, loaded->comm, load);
   EXPECT_TRUE(m.ok()) << m.status();
   loaded->model = std::move(m).value();
-  loaded->runner = std::move(ModelRunner::Create(*loaded->model, *loaded->backend, loaded->comm, state_rows)).value();
+  RunnerOptions run;
+  run.state_dtype = state_dtype;
+  loaded->runner = std::move(ModelRunner::Create(*loaded->model, *loaded->backend, loaded->comm,
+                                                 state_rows, run))
+                       .value();
   return loaded;
 }
 
@@ -161,9 +167,10 @@ TEST(Mamba2ModelTest, Bf16LogitsWithinBf16Tolerance) {
 
 // Logits rows [begin, begin + count) of a prompt fed in pieces, compared bit for bit with
 // the prompt in one step.
-void ExpectSplitEqualsWhole(bool reference_mode, const std::vector<int32_t>& pieces) {
+void ExpectSplitEqualsWhole(bool reference_mode, const std::vector<int32_t>& pieces,
+                            ::coil::DType state_dtype = ::coil::DType::kF32) {
   const std::string dir = WriteTiny(reference_mode ? "split_ref" : "split_chunk", DType::kF32);
-  auto loaded = Load(dir, reference_mode);
+  auto loaded = Load(dir, reference_mode, 4, model::WeightType::kAuto, state_dtype);
   const int64_t vocab = loaded->model->config().padded_vocab_size();
   int32_t total = 0;
   for (int32_t p : pieces) total += p;
@@ -190,12 +197,38 @@ TEST(Mamba2ModelTest, SplitAtChunkMultiplesEqualsWholeInChunkedMode) {
   ExpectSplitEqualsWhole(false, {8, 8, 21});
 }
 
+TEST(Mamba2ModelTest, SplitAtChunkMultiplesEqualsWholeWithABf16State) {
+  ExpectSplitEqualsWhole(false, {8, 8, 21}, ::coil::DType::kBF16);
+  ExpectSplitEqualsWhole(true, {8, 16, 13}, ::coil::DType::kBF16);
+}
+
+TEST(Mamba2ModelTest, ABf16StatePoolHoldsHalfTheSsmStateBytes) {
+  // Per sequence: every layer's conv state (3 x 192 f32) and SSM state (8 heads x 16 x 16,
+  // f32 or bf16), worked out from the tiny shape.
+  const std::string dir = WriteTiny("pool", DType::kF32);
+  auto f32 = Load(dir, false, 4);
+  auto bf16 = Load(dir, false, 4, model::WeightType::kAuto, ::coil::DType::kBF16);
+  const int64_t conv = 2 * 3 * 192 * 4, ssm = 2 * 8 * 16 * 16;
+  EXPECT_EQ(f32->runner->state_pool().shape().bytes_per_sequence(), conv + 4 * ssm);
+  EXPECT_EQ(bf16->runner->state_pool().shape().bytes_per_sequence(), conv + 2 * ssm);
+  EXPECT_EQ(bf16->runner->state_pool().SsmState(1).dtype(), ::coil::DType::kBF16);
+  EXPECT_EQ(bf16->runner->state_pool().bytes(), 5 * (conv + 2 * ssm));
+}
+
 // A sequence's logits alone and inside batches of 2, 7 and 32 others, decodes and
-// prefills mixed, are bit-identical.
-TEST(Mamba2ModelTest, LogitsDoNotDependOnTheBatch) {
+// prefills mixed, are bit-identical, with an f32 and with a bf16 SSM state.
+class StateDtypeTest : public ::testing::TestWithParam<::coil::DType> {};
+INSTANTIATE_TEST_SUITE_P(States, StateDtypeTest,
+                         ::testing::Values(::coil::DType::kF32, ::coil::DType::kBF16),
+                         [](const ::testing::TestParamInfo<::coil::DType>& info) {
+                           return info.param == ::coil::DType::kBF16 ? "bf16" : "f32";
+                         });
+
+TEST_P(StateDtypeTest, LogitsDoNotDependOnTheBatch) {
   const std::string dir = WriteTiny("batch", DType::kBF16);
+  std::vector<float> alone_first, alone_second;
   for (int others : {0, 2, 7, 32}) {
-    auto loaded = Load(dir, false, /*state_rows=*/40);
+    auto loaded = Load(dir, false, /*state_rows=*/40, model::WeightType::kAuto, GetParam());
     const std::vector<int32_t> target = RandomTokens(14, 250, 99);
     // Step 1: the others prefill (half of them) next to the target's first 13 tokens.
     std::vector<ScheduledSequence> step1 = {Seq(1000, 39, target, 0, 13)};
@@ -214,7 +247,6 @@ TEST(Mamba2ModelTest, LogitsDoNotDependOnTheBatch) {
     }
     auto second = loaded->runner->ExecuteAllLogits(Plan(step2));
     ASSERT_TRUE(second.ok()) << second.status();
-    static std::vector<float> alone_first, alone_second;
     const size_t vocab = static_cast<size_t>(loaded->model->config().padded_vocab_size());
     // The target is the first row block of step 1 and (as a decode) row 0 of step 2.
     std::vector<float> target_first(first->begin(), first->begin() + 13 * vocab);

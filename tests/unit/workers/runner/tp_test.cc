@@ -1,7 +1,8 @@
 // Tensor parallelism: run under mpirun with 1, 2 and 4 ranks. Every rank also builds the
 // whole model on its own (a single-rank communicator) and checks that the sharded model
-// gives the same logits within 1e-5 relative, the same 64 greedy tokens and the same 64
-// sampled tokens for a fixed seed; and that each rank holds about 1/N of the weights.
+// gives the same logits within 1e-5 relative (1e-3 with a bf16 SSM state), the same 64
+// greedy tokens and the same 64 sampled tokens for a fixed seed, with an f32 and with a
+// bf16 state; and that each rank holds about 1/N of the weights.
 #include <mpi.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -59,7 +61,8 @@ struct Instance {
   std::unique_ptr<ModelRunner> runner;
 };
 
-std::unique_ptr<Instance> Build(const std::string& dir, comm::Communicator& comm) {
+std::unique_ptr<Instance> Build(const std::string& dir, comm::Communicator& comm,
+                                DType state_dtype = DType::kF32) {
   auto instance = std::make_unique<Instance>();
   instance->files = std::move(model::OpenModelFiles(dir)).value();
   BackendOptions options;
@@ -68,7 +71,10 @@ std::unique_ptr<Instance> Build(const std::string& dir, comm::Communicator& comm
   auto m = model::Model::Load(instance->files, *instance->backend, comm, {});
   EXPECT_TRUE(m.ok()) << m.status();
   instance->model = std::move(m).value();
-  instance->runner = std::move(ModelRunner::Create(*instance->model, *instance->backend, comm, 2)).value();
+  RunnerOptions run;
+  run.state_dtype = state_dtype;
+  instance->runner =
+      std::move(ModelRunner::Create(*instance->model, *instance->backend, comm, 2, run)).value();
   return instance;
 }
 
@@ -81,10 +87,12 @@ std::unique_ptr<comm::Communicator> World() {
 using testing_reference::Generate;
 using testing_reference::OneSequence;
 
-class TensorParallelTest : public ::testing::TestWithParam<int> {};
+// (ngroups, the SSM state's type)
+class TensorParallelTest : public ::testing::TestWithParam<std::tuple<int, DType>> {};
 
 TEST_P(TensorParallelTest, ShardedModelMatchesTheWholeModel) {
-  const int ngroups = GetParam();
+  const int ngroups = std::get<0>(GetParam());
+  const DType state_dtype = std::get<1>(GetParam());
   auto world = World();
   std::vector<std::pair<std::string, std::string>> sets = {{"ngroups", absl::StrCat(ngroups)}};
   // 3 groups: d_model 96 gives 12 heads, 4 per group; at TP2 a rank holds one whole group
@@ -92,8 +100,8 @@ TEST_P(TensorParallelTest, ShardedModelMatchesTheWholeModel) {
   if (ngroups == 3) sets.push_back({"d_model", "96"});
   const std::string dir = SharedTinyModel(*world, absl::StrCat("g", ngroups), sets);
   comm::SingleRankCommunicator single;
-  auto whole = Build(dir, single);
-  auto sharded = Build(dir, *world);
+  auto whole = Build(dir, single, state_dtype);
+  auto sharded = Build(dir, *world, state_dtype);
 
   std::mt19937 rng(17);
   std::vector<int32_t> prompt(23);
@@ -111,7 +119,11 @@ TEST_P(TensorParallelTest, ShardedModelMatchesTheWholeModel) {
       diff = std::max(diff, std::abs(double{(*got)[t * vocab + i]} - (*expected)[t * vocab + i]));
       scale = std::max(scale, std::abs(double{(*expected)[t * vocab + i]}));
     }
-    EXPECT_LT(diff / scale, 1e-5) << "row " << t << " at TP " << world->size();
+    // With a bf16 state, fp32 values that differ in their last bits (the all-reduce sums in
+    // another order) now and then round one bf16 step (2^-8) apart: logits then move by up
+    // to about 3e-4 relative (measured), hence the looser bound there.
+    EXPECT_LT(diff / scale, state_dtype == DType::kBF16 ? 1e-3 : 1e-5)
+        << "row " << t << " at TP " << world->size();
   }
 
   // 64 greedy and 64 sampled tokens.
@@ -132,7 +144,14 @@ TEST_P(TensorParallelTest, ShardedModelMatchesTheWholeModel) {
 
 // ngroups 1 (every rank has a copy of the group), 2 (at TP4 two ranks share each group), 4
 // (whole groups), 3 (ranks whose heads start inside a group and reach into the next).
-INSTANTIATE_TEST_SUITE_P(Groups, TensorParallelTest, ::testing::Values(1, 2, 4, 3));
+INSTANTIATE_TEST_SUITE_P(Groups, TensorParallelTest,
+                         ::testing::Combine(::testing::Values(1, 2, 4, 3),
+                                            ::testing::Values(DType::kF32, DType::kBF16)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, DType>>& info) {
+                           return absl::StrCat("g", std::get<0>(info.param), "_",
+                                               std::get<1>(info.param) == DType::kBF16 ? "bf16"
+                                                                                       : "f32");
+                         });
 
 TEST(TensorParallelMemoryTest, EachRankHoldsItsShareOfTheWeights) {
   auto world = World();
