@@ -53,11 +53,11 @@ absl::Status StatePool::CopyRow(Backend& backend, int64_t from, int64_t to) cons
                                                    ") and differ"));
   }
   const int64_t rows = shape_.state_rows + 1;
-  for (const auto& [buffer, floats] :
-       {std::pair<const Buffer*, int64_t>{&conv_, shape_.conv_floats_per_row()},
-        {&ssm_, shape_.ssm_floats_per_row()}}) {
-    // Layer l's row r starts at (l * rows + r) * floats: one block per layer.
-    const size_t block = static_cast<size_t>(floats) * 4;
+  for (const auto& [buffer, row_bytes] :
+       {std::pair<const Buffer*, int64_t>{&conv_, shape_.conv_floats_per_row() * 4},
+        {&ssm_, shape_.ssm_bytes_per_row()}}) {
+    // Layer l's row r starts at (l * rows + r) * row_bytes: one block per layer.
+    const size_t block = static_cast<size_t>(row_bytes);
     char* base = static_cast<char*>(buffer->data());
     COIL_RETURN_IF_ERROR(backend.CopyOnDevice(base + to * block, rows * block, base + from * block,
                                               rows * block, block,

@@ -149,6 +149,36 @@ TEST_P(CopyOnDeviceTest, StatePoolCopiesOneRowOfEveryLayer) {
   }
 }
 
+TEST_P(CopyOnDeviceTest, StatePoolCopiesOneRowOfABf16SsmState) {
+  // The SSM state in bf16: a row is half the bytes, and every layer's copy lands there.
+  const StatePoolShape shape{.layers = 3,
+                             .state_rows = 4,
+                             .d_conv = 3,
+                             .conv_channels = 5,
+                             .heads = 2,
+                             .headdim = 3,
+                             .d_state = 4,
+                             .ssm_dtype = DType::kBF16};
+  auto pool = StatePool::Create(*backend_, shape);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const int64_t rows = shape.state_rows + 1;
+  std::vector<std::vector<uint16_t>> ssm(3);
+  for (int64_t l = 0; l < shape.layers; ++l) {
+    ssm[l].resize(rows * shape.ssm_floats_per_row());
+    for (size_t i = 0; i < ssm[l].size(); ++i) ssm[l][i] = static_cast<uint16_t>(1000 * l + i);
+    ASSERT_TRUE(
+        backend_->CopyFromHost(pool->SsmState(l).raw(), ssm[l].data(), ssm[l].size() * 2).ok());
+  }
+  ASSERT_TRUE(pool->CopyRow(*backend_, 2, 0).ok());
+  const int64_t per_row = shape.ssm_floats_per_row();
+  for (int64_t l = 0; l < shape.layers; ++l) {
+    std::copy(ssm[l].begin() + 2 * per_row, ssm[l].begin() + 3 * per_row, ssm[l].begin());
+    std::vector<uint16_t> got(ssm[l].size());
+    ASSERT_TRUE(backend_->CopyToHost(got.data(), pool->SsmState(l).raw(), got.size() * 2).ok());
+    EXPECT_EQ(got, ssm[l]) << "layer " << l;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, CopyOnDeviceTest,
                          ::testing::Values(BackendCase{"cpu", BackendKind::kCpu, 2},
                                            BackendCase{"cpu1t", BackendKind::kCpu, 1},

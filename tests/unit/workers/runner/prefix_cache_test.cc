@@ -7,7 +7,8 @@
 // logprobs (greedy, seeded temperature, top_p) of the same request on a server with no
 // cache, at TP1, TP2 and TP4, for a shared prefix that ends on a chunk boundary, one token
 // after it and one token before it. The cached-token counts are worked out by hand beside
-// each case.
+// each case. A bf16 SSM state, rounded at chunk boundaries (where snapshots are
+// taken), keeps the invariant too.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -54,7 +55,8 @@ absl::StatusOr<StepPlan> BroadcastPlan(comm::Communicator& comm, const StepPlan*
 // and stepped until all finish; the scheduler (and its cache) lives across batches.
 // Returns each request's outcome, by request id.
 std::map<uint64_t, Outcome> Serve(const std::string& dir, int tp, const SchedulerConfig& config,
-                                  const std::vector<std::vector<NewRequest>>& batches) {
+                                  const std::vector<std::vector<NewRequest>>& batches,
+                                  ::coil::DType state_dtype) {
   std::map<uint64_t, Outcome> outcomes;
   auto group = comm::MakeThreadGroup(tp);
   EXPECT_TRUE(group.ok()) << group.status();
@@ -78,6 +80,7 @@ std::map<uint64_t, Outcome> Serve(const std::string& dir, int tp, const Schedule
       RunnerOptions run;
       run.kv_pages = config.kv_pages;
       run.block_size = config.block_size;
+      run.state_dtype = state_dtype;
       auto runner = ModelRunner::Create(**model, **backend, comm, config.state_rows, run);
       fatal(runner.status());
       if (rank > 0) {
@@ -160,6 +163,7 @@ struct Case {
   int tp;
   checkpoint::DType weights;
   int32_t block_size = 0;  // 0: the Mamba2 model; else the hybrid one with pages this size
+  ::coil::DType state = ::coil::DType::kF32;  // the SSM state pool's type
 };
 
 class PrefixCacheExactnessTest : public ::testing::TestWithParam<Case> {};
@@ -194,8 +198,8 @@ TEST_P(PrefixCacheExactnessTest, WarmRunsGiveTheColdRunsBits) {
     NewRequest first = Request(1, Concat(prefix, other), greedy);
     first.cache_prefix_tokens = shared;
 
-    const auto cold = Serve(*dir, c.tp, Config(false, c.block_size), {asked});
-    const auto warm = Serve(*dir, c.tp, Config(true, c.block_size), {{first}, asked});
+    const auto cold = Serve(*dir, c.tp, Config(false, c.block_size), {asked}, c.state);
+    const auto warm = Serve(*dir, c.tp, Config(true, c.block_size), {{first}, asked}, c.state);
     ASSERT_EQ(warm.at(1).cached, 0);
     for (const NewRequest& request : asked) {
       SCOPED_TRACE(absl::StrCat("request ", request.request_id));
@@ -217,12 +221,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{1, checkpoint::DType::kF32}, Case{2, checkpoint::DType::kF32},
                       Case{4, checkpoint::DType::kF32}, Case{2, checkpoint::DType::kBF16},
                       Case{1, checkpoint::DType::kF32, 4}, Case{2, checkpoint::DType::kF32, 8},
-                      Case{4, checkpoint::DType::kF32, 4}, Case{2, checkpoint::DType::kBF16, 2}),
+                      Case{4, checkpoint::DType::kF32, 4}, Case{2, checkpoint::DType::kBF16, 2},
+                      Case{2, checkpoint::DType::kBF16, 0, ::coil::DType::kBF16},
+                      Case{2, checkpoint::DType::kBF16, 4, ::coil::DType::kBF16}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return absl::StrCat(info.param.block_size > 0 ? "hybrid_" : "mamba2_", "tp", info.param.tp,
                           "_", checkpoint::DTypeName(info.param.weights),
                           info.param.block_size > 0 ? absl::StrCat("_pages", info.param.block_size)
-                                                    : std::string());
+                                                    : std::string(),
+                          info.param.state == ::coil::DType::kBF16 ? "_statebf16" : "");
     });
 
 }  // namespace
