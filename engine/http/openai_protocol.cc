@@ -137,6 +137,7 @@ const absl::flat_hash_set<std::string>& KnownParameters(Endpoint endpoint) {
                                                                    "ignore_eos",
                                                                    "return_token_ids",
                                                                    "stop_token_ids",
+                                                                   "add_special_tokens",
                                                                    "logit_bias"};
   static const auto* completions = [] {
     auto* names = new absl::flat_hash_set<std::string>(*common);
@@ -444,10 +445,13 @@ std::variant<ParsedRequest, ApiError> ParseRequest(Endpoint endpoint, const std:
       Refuse("user", "'user' must be a string");
     }
 
-    // Prompts.
+    // Prompts. vLLM's add_special_tokens: the tokenizer post-processor's tokens (Llama 2's
+    // BOS) around a text prompt; by default on for completions and off for chat, whose
+    // template writes them itself.
+    const bool add_special_tokens = Boolean(body, "add_special_tokens").value_or(!chat);
     std::vector<std::vector<int32_t>> prompts;
     auto encode = [&](const std::string& text, const char* param) {
-      auto ids = context.tokenizer->Encode(text);
+      auto ids = context.tokenizer->Encode(text, add_special_tokens);
       if (!ids.ok()) Refuse(param, absl::StrCat("the prompt text: ", ids.status().message()));
       return std::move(ids).value();
     };
