@@ -54,10 +54,10 @@ void PackStepMetadata(const StepMetadata& meta, PackedStepMetadata& packed) {
   packed.slots = packed.cu_seqlens + batch.cu_seqlens.size();
   packed.start_positions = packed.slots + seqs;
   packed.sample_rows = packed.start_positions + seqs;
-  packed.cu_blocks = packed.sample_rows + samples;
+  packed.fresh = packed.sample_rows + samples;
+  packed.cu_blocks = packed.fresh + (seqs + 3) / 4;
   packed.block_table = packed.cu_blocks + meta.kv.cu_blocks.size();
-  packed.fresh = packed.block_table + meta.kv.block_table.size();
-  packed.words.assign(packed.fresh + (seqs + 3) / 4, 0);
+  packed.words.assign(packed.block_table + meta.kv.block_table.size(), 0);
   int32_t* words = packed.words.data();
   auto put = [](int32_t* dst, const std::vector<int32_t>& src) {
     if (!src.empty()) std::memcpy(dst, src.data(), src.size() * sizeof(int32_t));
@@ -85,6 +85,13 @@ int64_t MaxPackedWords(int64_t rows) {
   return rows + (rows + 1) + 2 * rows + rows + (rows + 3) / 4;
 }
 
+int64_t MaxDecodePackedWords(int64_t bucket, int64_t pages_per_sequence) {
+  if (pages_per_sequence <= 0) return MaxPackedWords(bucket);
+  // A decode step's tokens, sequences and samples are each at most `bucket`; the block
+  // offsets are bucket + 1 words and the tables at most pages_per_sequence per sequence.
+  return MaxPackedWords(bucket) + (bucket + 1) + bucket * pages_per_sequence;
+}
+
 bool SamplesEveryRow(const StepMetadata& meta) {
   if (meta.sample_rows.size() != meta.token_ids.size()) return false;
   for (size_t i = 0; i < meta.sample_rows.size(); ++i) {
@@ -108,12 +115,16 @@ int64_t DecodeBucket(int64_t num_seqs) {
   return bucket;
 }
 
-StepMetadata PadDecodeBatch(const StepMetadata& meta, int64_t bucket, int32_t scratch_row) {
+StepMetadata PadDecodeBatch(const StepMetadata& meta, int64_t bucket, int32_t scratch_row,
+                            int32_t scratch_page) {
   StepMetadata padded = meta;
+  const bool kv = meta.kv.block_size > 0;
   for (int64_t s = meta.batch.num_seqs(); s < bucket; ++s) {
     padded.token_ids.push_back(0);
     padded.positions.push_back(0);
     padded.batch.Add(1, scratch_row, /*is_fresh=*/false, /*start_position=*/0);
+    // Position 0 on the scratch page: a context of one position, the padding's own.
+    if (kv) padded.kv.Add(1, /*start_position=*/0, {scratch_page});
   }
   for (int64_t row = meta.num_samples(); row < bucket; ++row) {
     padded.sample_rows.push_back(static_cast<int32_t>(row));
@@ -121,8 +132,10 @@ StepMetadata PadDecodeBatch(const StepMetadata& meta, int64_t bucket, int32_t sc
   return padded;
 }
 
-StepMetadata ScratchDecodeBatch(int64_t bucket, int32_t scratch_row) {
-  return PadDecodeBatch(StepMetadata{}, bucket, scratch_row);
+StepMetadata ScratchDecodeBatch(int64_t bucket, int32_t scratch_row, const KvPages& kv) {
+  StepMetadata empty;
+  empty.kv.block_size = kv.block_size;
+  return PadDecodeBatch(empty, bucket, scratch_row, static_cast<int32_t>(kv.pages));
 }
 
 }  // namespace coil

@@ -52,9 +52,11 @@ absl::StatusOr<StepMetadata> BuildStepMetadata(const StepPlan& plan, int64_t pad
 
 // The step's arrays packed into one block of 32-bit words, so that one host -> device copy
 // per step moves all the kernels read (docs/ARCHITECTURE.md §4): token ids, cu_seqlens, slots,
-// start positions, sample rows, the KV block offsets and block table (attention models
-// only), then the fresh flags as bytes (the block's tail padded to a whole word). The offsets
-// are in words from the block's start.
+// start positions, sample rows, the fresh flags as bytes (padded to a whole word), then the
+// KV block offsets and block table (attention models only). The offsets are in words from
+// the block's start. The block table comes last, so that every offset of a step depends
+// only on its token, sequence and sample counts: a decode graph captured for a bucket reads
+// the same addresses whatever the block tables' lengths (DecodeGraphs).
 struct PackedStepMetadata {
   std::vector<int32_t> words;
   size_t token_ids = 0;
@@ -62,9 +64,9 @@ struct PackedStepMetadata {
   size_t slots = 0;
   size_t start_positions = 0;
   size_t sample_rows = 0;
+  size_t fresh = 0;  // byte i of the fresh flags is byte i from word `fresh` on
   size_t cu_blocks = 0;
   size_t block_table = 0;
-  size_t fresh = 0;  // byte i of the fresh flags is byte i from word `fresh` on
 };
 // `packed`'s vectors are reused (no allocation once they are large enough).
 void PackStepMetadata(const StepMetadata& meta, PackedStepMetadata& packed);
@@ -73,6 +75,9 @@ int64_t PackedWords(const StepMetadata& meta);
 // The most words PackStepMetadata writes for a step of `rows` tokens without KV block tables
 // (sequences and sample rows are at most one per token); block tables come on top.
 int64_t MaxPackedWords(int64_t rows);
+// The most words PackStepMetadata writes for a decode step of `bucket` sequences whose
+// block tables hold at most `pages_per_sequence` pages each (0: no attention layers).
+int64_t MaxDecodePackedWords(int64_t bucket, int64_t pages_per_sequence);
 
 // True when the step samples every packed row, in order (sample_rows = 0, 1, ..., T-1): the
 // usual decode step, whose lm_head then reads the final norm's rows without a gather.
@@ -81,19 +86,22 @@ bool SamplesEveryRow(const StepMetadata& meta);
 // ---- decode-only steps, replayed as CUDA graphs per batch-size bucket ----
 // True when every sequence runs exactly one token and resumes a state it already has (no
 // fresh start): the steps a graph captured on a batch of scratch-row entries can replay.
-// (Graphs are for models without attention: padding does not touch `kv`.)
 bool IsDecodeOnly(const StepMetadata& meta);
 // The bucket of `num_seqs` sequences: the smallest power of two at least num_seqs
 // (1, 2, 4, 8, ...).
 int64_t DecodeBucket(int64_t num_seqs);
 // A decode-only `meta` of n sequences padded to `bucket` >= n: the added entries are token
-// 0 on `scratch_row` (fresh 0, position 0), which nobody reads; sample rows are padded with
+// 0 on `scratch_row` (fresh 0, position 0), which nobody reads, and, for a model with
+// attention (meta.kv.block_size > 0), a block table of the one page `scratch_page` (the KV
+// cache's scratch page, which padding entries may all write); sample rows are padded with
 // rows num_samples()..bucket-1 so that every bucket row gets logits, the real samples
 // first. sample_sequences is left as it was (the real samples).
-StepMetadata PadDecodeBatch(const StepMetadata& meta, int64_t bucket, int32_t scratch_row);
+StepMetadata PadDecodeBatch(const StepMetadata& meta, int64_t bucket, int32_t scratch_row,
+                            int32_t scratch_page = 0);
 // `bucket` entries that are all padding: what a graph is captured on, so that capturing
-// never touches a live request's state.
-StepMetadata ScratchDecodeBatch(int64_t bucket, int32_t scratch_row);
+// never touches a live request's state or KV page. With KV pages (kv.block_size > 0) each
+// entry's table is the scratch page, page index kv.pages.
+StepMetadata ScratchDecodeBatch(int64_t bucket, int32_t scratch_row, const KvPages& kv = {});
 
 }  // namespace coil
 

@@ -22,7 +22,9 @@ namespace {
 using testing_reference::LoadedModel;
 using testing_reference::PlanOf;
 using testing_reference::RunOf;
+using testing_reference::TestPages;
 using testing_reference::TokensBelow;
+using testing_reference::WithPages;
 
 // The worked example of docs/ARCHITECTURE.md §4: decodes of A (slot 2) and B (slot 0), a fresh
 // 3-token chunk of C (slot 1) sampled at its end, and a 2-token chunk of D (slot 3) resumed at
@@ -76,6 +78,84 @@ TEST(StepMetadataPackTest, TheBoundHoldsForOneTokenPerSequenceAndAllSampled) {
     PackStepMetadata(meta, packed);
     EXPECT_EQ(static_cast<int64_t>(packed.words.size()), MaxPackedWords(rows)) << rows;
   }
+}
+
+// A hybrid decode step of three sequences on 10 KV pages of 4 tokens, padded to 4: its
+// contexts are `contexts`, each sequence on pages of its own.
+StepMetadata HybridDecode(const std::vector<int32_t>& contexts) {
+  std::vector<ScheduledSequence> runs;
+  for (size_t i = 0; i < contexts.size(); ++i) {
+    const std::vector<int32_t> tokens(static_cast<size_t>(contexts[i]), 3);
+    runs.push_back(RunOf(i, static_cast<int32_t>(i), tokens, contexts[i] - 1, 1));
+  }
+  StepPlan plan = PlanOf(runs, 1);
+  int32_t next = 0;
+  for (ScheduledSequence& seq : plan.sequences) {
+    for (int32_t p = 0; p < seq.start_position + 1; p += 4) seq.kv_block_table.push_back(next++);
+  }
+  auto meta = BuildStepMetadata(plan, 10, 4, KvPages{4, 10});
+  EXPECT_TRUE(meta.ok()) << meta.status();
+  return PadDecodeBatch(*meta, 4, 4, /*scratch_page=*/10);
+}
+
+// A decode graph reads the step's arrays at the addresses it was captured with: every
+// offset of a bucket's packed metadata is the same whatever its block tables hold, the
+// tables coming last; their words are bounded by MaxDecodePackedWords.
+TEST(StepMetadataPackTest, ABucketsOffsetsDoNotDependOnItsBlockTables) {
+  const StepMetadata short_tables = HybridDecode({1, 2, 5});   // 1 + 1 + 2 pages
+  const StepMetadata long_tables = HybridDecode({12, 9, 13});  // 3 + 3 + 4 pages
+  PackedStepMetadata a, b;
+  PackStepMetadata(short_tables, a);
+  PackStepMetadata(long_tables, b);
+  for (auto offset : {&PackedStepMetadata::token_ids, &PackedStepMetadata::cu_seqlens,
+                      &PackedStepMetadata::slots, &PackedStepMetadata::start_positions,
+                      &PackedStepMetadata::sample_rows, &PackedStepMetadata::fresh,
+                      &PackedStepMetadata::cu_blocks, &PackedStepMetadata::block_table}) {
+    EXPECT_EQ(a.*offset, b.*offset);
+  }
+  EXPECT_EQ(b.words.size() - a.words.size(), 6u);  // only the tables' length differs
+  EXPECT_EQ(b.block_table + long_tables.kv.block_table.size(), b.words.size());  // tables last
+  // The padding entry's table is the scratch page; the others' pages follow in order.
+  EXPECT_EQ(std::vector<int32_t>(b.words.begin() + static_cast<std::ptrdiff_t>(b.cu_blocks),
+                                 b.words.begin() + static_cast<std::ptrdiff_t>(b.block_table)),
+            (std::vector<int32_t>{0, 3, 6, 10, 11}));
+  EXPECT_EQ(std::vector<int32_t>(b.words.begin() + static_cast<std::ptrdiff_t>(b.block_table),
+                                 b.words.end()),
+            (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(
+      std::vector<int32_t>(b.words.begin() + static_cast<std::ptrdiff_t>(b.start_positions),
+                           b.words.begin() + static_cast<std::ptrdiff_t>(b.start_positions) + 4),
+      (std::vector<int32_t>{11, 8, 12, 0}));  // the K/V write positions
+  // Four pages per sequence (16 positions of 4) bound the long step: 4 x 4 + 5 words of
+  // tables over the Mamba2 step's most.
+  EXPECT_LE(static_cast<int64_t>(b.words.size()), MaxDecodePackedWords(4, 4));
+  EXPECT_EQ(MaxDecodePackedWords(4, 4), MaxPackedWords(4) + 5 + 16);
+  EXPECT_EQ(MaxDecodePackedWords(4, 0), MaxPackedWords(4));
+}
+
+// Padding a hybrid decode step: each added entry writes and reads position 0 of the scratch
+// page (which every padding entry may share), and the padded batch passes the KV checks;
+// the capture batch is padding throughout.
+TEST(DecodeBucketTest, HybridPaddingTakesTheScratchPage) {
+  const StepMetadata padded = HybridDecode({12, 9, 13});
+  EXPECT_EQ(padded.kv.block_size, 4);
+  EXPECT_EQ(padded.kv.start_positions, (std::vector<int32_t>{11, 8, 12, 0}));
+  EXPECT_EQ(padded.kv.cu_seqlens, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(padded.kv.cu_blocks, (std::vector<int32_t>{0, 3, 6, 10, 11}));
+  EXPECT_EQ(padded.kv.block_table.back(), 10);
+  EXPECT_TRUE(ValidatePagedKvBatch(padded.kv, 4, 10).ok());
+  PagedKvBatch capacity = padded.kv;
+  capacity.max_context = 16;  // a graph's capacity: every context within it
+  EXPECT_TRUE(ValidatePagedKvBatch(capacity, 4, 10).ok());
+  capacity.max_context = 12;  // sequence 2 holds 13 positions
+  EXPECT_FALSE(ValidatePagedKvBatch(capacity, 4, 10).ok());
+
+  const StepMetadata scratch = ScratchDecodeBatch(8, 4, KvPages{4, 10});
+  EXPECT_EQ(scratch.kv.block_size, 4);
+  EXPECT_EQ(scratch.kv.block_table, std::vector<int32_t>(8, 10));
+  EXPECT_EQ(scratch.kv.start_positions, std::vector<int32_t>(8, 0));
+  EXPECT_TRUE(ValidatePagedKvBatch(scratch.kv, 8, 10).ok());
+  EXPECT_TRUE(ScratchDecodeBatch(8, 4).kv.block_table.empty());  // no attention: no tables
 }
 
 TEST(DecodeBucketTest, TheSmallestPowerOfTwoAtLeastTheSequences) {
@@ -270,6 +350,74 @@ TEST(DecodePaddingTest, PaddedDecodeKeepsTheRealRowsAndEveryOtherStateRow) {
   auto padded_state = testing_reference::SnapshotState(*padded->backend, padded_pool);
   ASSERT_TRUE(plain_state.ok() && padded_state.ok());
   // Every row but the scratch row (which the padding may write and nobody reads).
+  for (int64_t row = 0; row < kRows; ++row) {
+    EXPECT_EQ(testing_reference::StateRow(plain_pool, *plain_state, row),
+              testing_reference::StateRow(padded_pool, *padded_state, row))
+        << "state row " << row;
+  }
+}
+
+// The hybrid's padded decode (what a graph replays): three sequences of a nemotron-tiny
+// model decode once, unpadded on one model and padded to 4 with scratch-page entries at a
+// graph's capacity on the other; the real rows' logits are equal bit for bit and so is
+// every KV page and state row but the scratch ones.
+TEST(DecodePaddingTest, PaddedHybridDecodeKeepsTheRealRowsPagesAndStates) {
+  constexpr int64_t kRows = 4;
+  const TestPages pages{4, 8};  // 8 pages of 4 tokens per state row
+  auto dir =
+      testing_reference::WriteShape("pad_hybrid", "nemotron-tiny", checkpoint::DType::kF32, {});
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  std::vector<std::unique_ptr<LoadedModel>> models;
+  for (int i = 0; i < 2; ++i) {
+    BackendOptions options;
+    options.threads = 2;
+    auto loaded = testing_reference::LoadOn(*dir, *CreateBackend(BackendKind::kCpu, options), kRows,
+                                            model::WeightType::kAuto, pages.Options(kRows));
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    models.push_back(std::move(loaded).value());
+  }
+  const int32_t slots[] = {0, 1, 3};
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<ScheduledSequence> prefill;
+  for (int i = 0; i < 3; ++i) {
+    prompts.push_back(TokensBelow(250, 6 + 7 * i, 60 + i));  // contexts 6, 13 and 20 after decode
+    prefill.push_back(
+        RunOf(i, slots[i], prompts[i], 0, static_cast<int32_t>(prompts[i].size()) - 1));
+  }
+  for (auto& m : models) {
+    const StepResult result = m->runner->Execute(WithPages(PlanOf(prefill, 1), pages));
+    ASSERT_TRUE(result.ok) << result.error;
+  }
+  std::vector<ScheduledSequence> decodes;
+  for (int i = 0; i < 3; ++i) {
+    const int32_t n = static_cast<int32_t>(prompts[i].size());
+    decodes.push_back(RunOf(i, slots[i], prompts[i], n - 1, 1));
+  }
+  const KvCache& plain_cache = *models[0]->runner->kv_cache();
+  auto meta = BuildStepMetadata(WithPages(PlanOf(decodes, 2), pages), 256, kRows,
+                                KvPages{4, plain_cache.pages()});
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  ASSERT_TRUE(IsDecodeOnly(*meta));
+  std::vector<float> plain_logits, padded_logits;
+  ASSERT_TRUE(models[0]->runner->Forward(*meta, false, plain_logits).ok());
+  StepMetadata padded = PadDecodeBatch(*meta, DecodeBucket(3), static_cast<int32_t>(kRows),
+                                       static_cast<int32_t>(plain_cache.scratch_page()));
+  padded.kv.max_context = 32;  // the capacity of 8 pages of 4
+  ASSERT_TRUE(models[1]->runner->Forward(padded, false, padded_logits).ok());
+  ASSERT_EQ(padded_logits.size(), plain_logits.size() / 3 * 4);
+  for (size_t i = 0; i < plain_logits.size(); ++i) {
+    ASSERT_EQ(padded_logits[i], plain_logits[i]) << "element " << i;
+  }
+  auto plain_pages = testing_reference::SnapshotPages(*models[0]->backend, plain_cache);
+  auto padded_pages =
+      testing_reference::SnapshotPages(*models[1]->backend, *models[1]->runner->kv_cache());
+  ASSERT_TRUE(plain_pages.ok() && padded_pages.ok());
+  EXPECT_TRUE(*plain_pages == *padded_pages) << "a KV page other than the scratch page differs";
+  auto& plain_pool = const_cast<StatePool&>(models[0]->runner->state_pool());
+  auto& padded_pool = const_cast<StatePool&>(models[1]->runner->state_pool());
+  auto plain_state = testing_reference::SnapshotState(*models[0]->backend, plain_pool);
+  auto padded_state = testing_reference::SnapshotState(*models[1]->backend, padded_pool);
+  ASSERT_TRUE(plain_state.ok() && padded_state.ok());
   for (int64_t row = 0; row < kRows; ++row) {
     EXPECT_EQ(testing_reference::StateRow(plain_pool, *plain_state, row),
               testing_reference::StateRow(padded_pool, *padded_state, row))

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -20,11 +21,12 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/kv_cache.h"
 #include "tests/unit/workers/runner/test_models.h"
 #include "workers/comm/single_rank_communicator.h"
-#include "workers/model/model_files.h"
 #include "workers/model/model.h"
 #include "workers/model/model_config.h"
+#include "workers/model/model_files.h"
 #include "workers/model/model_writer.h"
 #include "workers/model_runner.h"
 
@@ -227,6 +229,23 @@ inline absl::Status RestoreState(Backend& backend, const StatePool& pool,
     }
   }
   return absl::OkStatus();
+}
+
+// The bytes of K and V of every cache layer's pages [0, pages) (the scratch page left out),
+// copied to the host.
+inline absl::StatusOr<std::vector<uint8_t>> SnapshotPages(Backend& backend, const KvCache& cache) {
+  std::vector<uint8_t> all;
+  for (int64_t l = 0; l < cache.shape().layers; ++l) {
+    for (const Tensor& t : {cache.KCache(l), cache.VCache(l)}) {
+      const size_t bytes = static_cast<size_t>(t.numel() / (cache.pages() + 1) * cache.pages()) *
+                           DTypeSize(t.dtype());
+      const size_t offset = all.size();
+      all.resize(offset + bytes);
+      const absl::Status copied = backend.CopyToHost(all.data() + offset, t.raw(), bytes);
+      if (!copied.ok()) return copied;
+    }
+  }
+  return all;
 }
 
 // The floats of one state row `row` of every layer within a snapshot.
