@@ -40,9 +40,8 @@ template <int kD>
 __global__ void __launch_bounds__(32 * kAttnMaxDecodeWarps)
     AttnDecodeKernel(AttnParams a, AttnSmemLayout layout) {
   const int s = static_cast<int>(blockIdx.y);
-  if (a.cu_seqlens[s + 1] - a.cu_seqlens[s] != 1) return;  // a prefill run
   const int32_t split = static_cast<int32_t>(blockIdx.x);
-  if (split >= AttnSplits(int64_t{a.start_positions[s]} + 1)) return;  // past its context
+  if (!AttnDecodeBlockHasWork(a, s, split)) return;  // a prefill run, or past its context
   extern __shared__ __align__(128) unsigned char smem[];
   AttnDeviceExec ex;
   const AttnSmem sm{layout, smem};

@@ -631,6 +631,15 @@ COIL_HOST_DEVICE void AttnPrefillBlock(Exec& ex, const AttnParams& a, const Attn
   });
 }
 
+// Whether the decode grid's block (split, s) has work: sequence s is a run of one row and
+// the split lies within its context. Both are read from the batch's device arrays, never
+// from the launch: the grid spans max_splits (a graph's capacity), so one captured launch
+// serves any context up to it, the blocks past a sequence's own context returning at once.
+COIL_HOST_DEVICE inline bool AttnDecodeBlockHasWork(const AttnParams& a, int s, int32_t split) {
+  if (a.cu_seqlens[s + 1] - a.cu_seqlens[s] != 1) return false;  // a prefill run
+  return split < AttnSplits(int64_t{a.start_positions[s]} + 1);
+}
+
 // A decode block: split `split` of sequence s's one row (a run of one), KV head g; rows are
 // the G query heads. A row of one split writes out = acc / l (the merge of one split is
 // that copy); otherwise the split's (m, l, acc) go to the partials for AttnCombineRow.

@@ -114,8 +114,7 @@ void EmulateForHeadDim(const AttnParams& a, const AttnLaunch& plan) {
   HostSmem smem(layout.bytes);
   for (int32_t split = 0; split < plan.max_splits; ++split) {
     for (int s = 0; s < a.num_seqs; ++s) {
-      if (a.cu_seqlens[s + 1] - a.cu_seqlens[s] != 1) continue;
-      if (split >= AttnSplits(int64_t{a.start_positions[s]} + 1)) continue;
+      if (!AttnDecodeBlockHasWork(a, s, split)) continue;  // the kernel's early return
       for (int g = 0; g < a.kv_heads; ++g) {
         const AttnSmem sm{layout, smem.data};
         switch (warps) {
@@ -142,23 +141,18 @@ void EmulateForHeadDim(const AttnParams& a, const AttnLaunch& plan) {
   }
 }
 
-// PagedAttention through the emulated kernels: out [rows, heads * head_dim], f32.
-std::vector<float> Emulate(const HostCache& cache, const PagedKvBatch& batch,
-                           const std::vector<float>& q) {
+// The kernels' parameters over a host cache: q and out [rows, heads * head_dim] f32, the
+// batch's arrays at the four pointers given (what the kernels take as device mirrors).
+AttnParams HostParams(const HostCache& cache, const float* q, float* out, float* partials,
+                      const AttnLaunch& plan, int32_t num_seqs, const int32_t* cu_seqlens,
+                      const int32_t* start_positions, const int32_t* cu_blocks,
+                      const int32_t* block_table) {
   const Shape& sh = cache.shape;
-  const int64_t rows = batch.cu_seqlens.back(), width = int64_t{sh.heads} * sh.head_dim;
-  const Tensor q_t(const_cast<float*>(q.data()), DType::kF32, {rows, width});
-  const DType dtype = sh.bf16 ? DType::kBF16 : DType::kF32;
-  const Tensor k_t(const_cast<uint8_t*>(cache.k.data()), dtype,
-                   {cache.pages + 1, cache.block_size, sh.kv_heads, sh.head_dim});
-  auto plan = PlanPagedAttention(q_t, k_t, batch);
-  EXPECT_TRUE(plan.ok()) << plan.status();
-  std::vector<float> out(rows * width, std::nanf(""));
-  std::vector<float> partials(static_cast<size_t>(plan->partial_floats), std::nanf(""));
+  const int64_t width = int64_t{sh.heads} * sh.head_dim;
   AttnParams a;
-  a.q = q.data();
+  a.q = q;
   a.q_stride = width;
-  a.out = out.data();
+  a.out = out;
   a.out_stride = width;
   a.out_bf16 = false;
   a.k_cache = cache.k.data();
@@ -170,25 +164,68 @@ std::vector<float> Emulate(const HostCache& cache, const PagedKvBatch& batch,
   a.block_size = cache.block_size;
   const float scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
   a.scale_log2 = scale * 1.4426950408889634f;
-  a.num_seqs = batch.num_seqs();
-  a.cu_seqlens = batch.device_cu_seqlens;
-  a.start_positions = batch.device_start_positions;
-  a.cu_blocks = batch.device_cu_blocks;
-  a.block_table = batch.device_block_table;
-  a.partials = partials.data();
-  a.max_splits = plan->max_splits;
-  a.items = plan->items.data();
-  switch (sh.head_dim) {
+  a.num_seqs = num_seqs;
+  a.cu_seqlens = cu_seqlens;
+  a.start_positions = start_positions;
+  a.cu_blocks = cu_blocks;
+  a.block_table = block_table;
+  a.partials = partials;
+  a.max_splits = plan.max_splits;
+  a.items = plan.items.data();
+  return a;
+}
+
+void EmulatePlan(const AttnParams& a, const AttnLaunch& plan) {
+  switch (a.head_dim) {
     case 16:
-      EmulateForHeadDim<16>(a, *plan);
+      EmulateForHeadDim<16>(a, plan);
       break;
     case 64:
-      EmulateForHeadDim<64>(a, *plan);
+      EmulateForHeadDim<64>(a, plan);
       break;
     default:
-      EmulateForHeadDim<128>(a, *plan);
+      EmulateForHeadDim<128>(a, plan);
   }
+}
+
+// The cache as the kernels see it: [pages + 1, block_size, kv_heads, head_dim].
+Tensor KTensor(const HostCache& cache) {
+  const Shape& sh = cache.shape;
+  return Tensor(const_cast<uint8_t*>(cache.k.data()), sh.bf16 ? DType::kBF16 : DType::kF32,
+                {cache.pages + 1, cache.block_size, sh.kv_heads, sh.head_dim});
+}
+
+// PagedAttention through the emulated kernels: out [rows, heads * head_dim], f32.
+std::vector<float> Emulate(const HostCache& cache, const PagedKvBatch& batch,
+                           const std::vector<float>& q) {
+  const Shape& sh = cache.shape;
+  const int64_t rows = batch.cu_seqlens.back(), width = int64_t{sh.heads} * sh.head_dim;
+  const Tensor q_t(const_cast<float*>(q.data()), DType::kF32, {rows, width});
+  auto plan = PlanPagedAttention(q_t, KTensor(cache), batch);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  std::vector<float> out(rows * width, std::nanf(""));
+  std::vector<float> partials(static_cast<size_t>(plan->partial_floats), std::nanf(""));
+  EmulatePlan(HostParams(cache, q.data(), out.data(), partials.data(), *plan, batch.num_seqs(),
+                         batch.device_cu_seqlens, batch.device_start_positions,
+                         batch.device_cu_blocks, batch.device_block_table),
+              *plan);
   return out;
+}
+
+// KvCacheWrite's element map over every row of `batch` (rows k and v of kv_heads * head_dim
+// floats), the positions and tables read through the four pointers given.
+void EmulateKvWrite(HostCache& cache, const PagedKvBatch& batch, const std::vector<float>& k,
+                    const std::vector<float>& v, const int32_t* start_positions,
+                    const int32_t* cu_blocks, const int32_t* block_table) {
+  const int32_t width = cache.shape.kv_heads * cache.shape.head_dim;
+  const KvWriteParams w{k.data(),         width,           v.data(),         width,
+                        cache.k.data(),   cache.v.data(),  cache.shape.bf16, width,
+                        cache.block_size, start_positions, cu_blocks,        block_table};
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    for (int32_t t = batch.cu_seqlens[s]; t < batch.cu_seqlens[s + 1]; ++t) {
+      for (int32_t i = 0; i < width; ++i) KvWriteElement(w, s, batch.cu_seqlens[s], t, i);
+    }
+  }
 }
 
 // The CPU backend's reference mode on the same cache and rows.
@@ -322,6 +359,103 @@ TEST_P(AttentionEmulationTest, DecodeRowsAndChunksGiveTheWholePromptsBits) {
     EXPECT_EQ(run({kLen}, block_size, true), whole) << "whole, beside a decode row";
     EXPECT_EQ(run({64, 1, 190, 45}, block_size, false), whole) << "chunks";
     EXPECT_EQ(run(decode_tail, block_size, block_size == 5), whole) << "decode rows";
+  }
+}
+
+// A decode graph's attention step, emulated: the K/V write and the decode grid launched
+// once for a capacity of kCapacity positions per sequence (as a captured graph launches
+// them), reading the block tables, context lengths and write positions from fixed
+// "device" buffers that each replay rewrites, against an op-by-op step whose grid and
+// split scratch are sized from its own lengths (the lengths the host passes at launch):
+// the same cache bytes and outputs, bit for bit, at contexts 1, 15, 16, 17 and 4097, with
+// a padding entry on the scratch page, whatever the previous replay left in the buffers,
+// the split scratch and the outputs.
+TEST_P(AttentionEmulationTest, ACapacityGridReadingDeviceLengthsEqualsAnExactLaunch) {
+  const Shape sh = GetParam();
+  constexpr int32_t kCapacity = 4100;  // the graph's max_context: 17 splits
+  constexpr int kSeqs = 4;             // a bucket: three sequences and a padding entry
+  const std::vector<int32_t> contexts = {1, 15, 16, 17, 4097};
+  const int64_t width = int64_t{sh.heads} * sh.head_dim,
+                kv_width = int64_t{sh.kv_heads} * sh.head_dim;
+  for (int32_t block_size : {16, 5}) {
+    SCOPED_TRACE(::testing::Message() << Name(sh) << " block_size " << block_size);
+    std::mt19937_64 rng(testing::SeedFromName(absl::StrCat("graph", Name(sh), block_size)));
+    const int32_t pages_per_seq = (kCapacity + block_size - 1) / block_size;
+    const int64_t pages = int64_t{kSeqs - 1} * pages_per_seq;  // page `pages`: the scratch page
+    HostCache cache = RandomCache(rng, sh, block_size, pages);
+    // What the capture fixed: the buffers (sized for the capacity), the rows, the scratch
+    // and the plan of a batch of scratch entries at the capacity.
+    std::vector<int32_t> dev_cu_seqlens(kSeqs + 1), dev_start(kSeqs), dev_cu_blocks(kSeqs + 1),
+        dev_table(static_cast<size_t>(kSeqs) * pages_per_seq);
+    std::vector<float> q(kSeqs * width), k(kSeqs * kv_width), v(kSeqs * kv_width),
+        out(kSeqs * width, std::nanf(""));
+    PagedKvBatch capture;
+    capture.block_size = block_size;
+    for (int s = 0; s < kSeqs; ++s) capture.Add(1, 0, {static_cast<int32_t>(pages)});
+    capture.max_context = kCapacity;
+    auto plan =
+        PlanPagedAttention(Tensor(q.data(), DType::kF32, {kSeqs, width}), KTensor(cache), capture);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->max_splits, 17);
+    std::vector<float> partials(static_cast<size_t>(plan->partial_floats), std::nanf(""));
+    const AttnParams graph =
+        HostParams(cache, q.data(), out.data(), partials.data(), *plan, kSeqs,
+                   dev_cu_seqlens.data(), dev_start.data(), dev_cu_blocks.data(), dev_table.data());
+
+    for (size_t step = 0; step < contexts.size(); ++step) {
+      const std::vector<int32_t> ctx = {contexts[step], contexts[(step + 1) % contexts.size()],
+                                        contexts[(step + 3) % contexts.size()]};
+      SCOPED_TRACE(::testing::Message()
+                   << "contexts " << ctx[0] << ", " << ctx[1] << ", " << ctx[2]);
+      // This step's batch: each sequence's last position on pages drawn afresh, so a stale
+      // table would read other pages; the padding entry at position 0 of the scratch page.
+      const std::vector<int32_t> order =
+          testing::ShuffledSlots(rng, static_cast<int>(pages), static_cast<int>(pages));
+      PagedKvBatch batch;
+      batch.block_size = block_size;
+      for (int s = 0; s < kSeqs - 1; ++s) {
+        const int32_t need = (ctx[s] + block_size - 1) / block_size;
+        const auto first = order.begin() + int64_t{s} * pages_per_seq;
+        batch.Add(1, ctx[s] - 1, std::vector<int32_t>(first, first + need));
+      }
+      batch.Add(1, 0, {static_cast<int32_t>(pages)});
+      const std::vector<float> step_q = testing::RandomFloats(rng, q.size(), -2.0f, 2.0f);
+      const std::vector<float> step_k = testing::RandomFloats(rng, k.size(), -1.5f, 1.5f);
+      const std::vector<float> step_v = testing::RandomFloats(rng, v.size());
+
+      // The op-by-op step: its own arrays, its grid and scratch from its lengths.
+      HostCache eager = cache;
+      PagedKvBatch host = batch;
+      host.device_cu_seqlens = host.cu_seqlens.data();
+      host.device_start_positions = host.start_positions.data();
+      host.device_cu_blocks = host.cu_blocks.data();
+      host.device_block_table = host.block_table.data();
+      EmulateKvWrite(eager, host, step_k, step_v, host.start_positions.data(),
+                     host.cu_blocks.data(), host.block_table.data());
+      const std::vector<float> want = Emulate(eager, host, step_q);
+
+      // The replay: the step's rows and arrays copied into the captured buffers (the
+      // table's tail keeps the previous step's entries), then the captured launches.
+      std::copy(step_q.begin(), step_q.end(), q.begin());
+      std::copy(step_k.begin(), step_k.end(), k.begin());
+      std::copy(step_v.begin(), step_v.end(), v.begin());
+      std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), dev_cu_seqlens.begin());
+      std::copy(batch.start_positions.begin(), batch.start_positions.end(), dev_start.begin());
+      std::copy(batch.cu_blocks.begin(), batch.cu_blocks.end(), dev_cu_blocks.begin());
+      std::copy(batch.block_table.begin(), batch.block_table.end(), dev_table.begin());
+      EmulateKvWrite(cache, batch, k, v, dev_start.data(), dev_cu_blocks.data(), dev_table.data());
+      EmulatePlan(graph, *plan);
+
+      EXPECT_EQ(cache.k, eager.k) << "the K write";
+      EXPECT_EQ(cache.v, eager.v) << "the V write";
+      ASSERT_EQ(out.size(), want.size());
+      for (int s = 0; s < kSeqs; ++s) {
+        EXPECT_TRUE(std::equal(out.begin() + s * width, out.begin() + (s + 1) * width,
+                               want.begin() + s * width))
+            << "sequence " << s;
+      }
+      for (float x : want) ASSERT_FALSE(std::isnan(x));
+    }
   }
 }
 
