@@ -677,6 +677,7 @@ int Main(int argc, char** argv) {
   RunnerOptions run = RunnerOptionsFromCommandLine();
   run.kv_pages = plan->scheduler.kv_pages;
   run.block_size = plan->scheduler.block_size;
+  run.max_context = plan->scheduler.max_model_len;  // the decode graphs' capacity
   const absl::Status model_loaded =
       runtime.LoadModel(model_dir, load, plan->scheduler.state_rows, run);
   if (!Ready(model_loaded, "loading", rank)) {

@@ -370,6 +370,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   run.kv_pages = (absl::GetFlag(FLAGS_max_model_len) + run.block_size - 1) / run.block_size;
+  run.max_context = absl::GetFlag(FLAGS_max_model_len);
   if (failed(runtime.LoadModel(model_dir, *load, /*state_rows=*/1, run))) return 1;
 
   // Rank 0: the tokenizer (text needs it; ids and an ids --score file do not) and the prompt.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -34,6 +35,13 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(model::Model& m
       new ModelRunner(model, backend, comm, std::move(pool), std::move(kv_cache), options));
 }
 
+int32_t ModelRunner::GraphContext(const RunnerOptions& options) {
+  const int64_t cache = std::max<int64_t>(options.kv_pages, 0) * std::max(options.block_size, 0);
+  const int64_t asked = options.max_context > 0 ? options.max_context : cache;
+  return static_cast<int32_t>(
+      std::min<int64_t>({asked, cache, std::numeric_limits<int32_t>::max()}));
+}
+
 absl::StatusOr<StepMetadata> ModelRunner::Metadata(const StepPlan& plan) const {
   KvPages kv;
   if (kv_cache_) {
@@ -44,7 +52,7 @@ absl::StatusOr<StepMetadata> ModelRunner::Metadata(const StepPlan& plan) const {
 }
 
 absl::StatusOr<int64_t> ModelRunner::RunStep(const StepMetadata& meta, bool all_rows) {
-  if (!all_rows && graphs_.Takes(meta)) return graphs_.Run(meta, pool_);
+  if (!all_rows && graphs_.Takes(meta)) return graphs_.Run(meta, caches());
   return model_.Run(meta, caches(), all_rows);
 }
 

@@ -35,6 +35,11 @@ struct RunnerOptions {
   // attention layers.
   int64_t kv_pages = 0;
   int32_t block_size = 16;
+  // The most positions one sequence holds (prompt plus output: --max-model-len), for a
+  // model with attention layers: the capacity of its decode graphs, which sizes their block
+  // tables, attention grid and split scratch (a decode step with a longer context runs op
+  // by op). 0: what the KV cache holds, kv_pages * block_size; capped at that.
+  int32_t max_context = 0;
   // Replay decode-only steps as graphs where the backend records them (CUDA) and the
   // model's communicator can be captured; false runs every step op by op (for debugging:
   // --cuda-graphs=false).
@@ -84,10 +89,12 @@ class ModelRunner {
         comm_(comm),
         pool_(std::move(pool)),
         kv_cache_(std::move(kv_cache)),
-        graphs_(model, options.cuda_graphs),
+        graphs_(model, options.cuda_graphs, GraphContext(options)),
         device_sampler_(backend, model.layout().vocab, model.config().vocab_size),
         sampler_(comm, model.layout().vocab, static_cast<int32_t>(model.config().vocab_size)) {}
 
+  // The decode graphs' capacity in positions per sequence (RunnerOptions::max_context).
+  static int32_t GraphContext(const RunnerOptions& options);
   // The step's metadata from `plan`, checked against this rank's pool and KV cache.
   absl::StatusOr<StepMetadata> Metadata(const StepPlan& plan) const;
   model::RankCaches caches() { return {&pool_, kv_cache_ ? &*kv_cache_ : nullptr}; }

@@ -193,6 +193,7 @@ int Main(int argc, char** argv) {
   RunnerOptions run_options = RunnerOptionsFromCommandLine();
   run_options.block_size = block_size;
   run_options.kv_pages = int64_t{pages_per_row} * rows;
+  run_options.max_context = longest;  // the decode graphs' capacity: every context timed
 
   absl::Status started = runtime.OpenDevice(device->device, device->options);
   if (started.ok()) started = runtime.LoadModel(dir, *load, rows, run_options);

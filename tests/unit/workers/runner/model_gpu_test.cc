@@ -2,7 +2,9 @@
 // short): logits against the CPU backend, greedy tokens of a prompt split over three steps
 // against the prompt in one step, and decode graphs against eager decodes of the same
 // padded batch (exactly) and of the unpadded batch (within bf16 tolerance), with the
-// scratch-row padding leaving every other state row alone. Skips where no GPU is visible.
+// scratch-row padding leaving every other state row alone; and a hybrid's decode graph
+// (nemotron-tiny) replayed over growing contexts against op-by-op steps. Skips where no GPU
+// is visible.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -25,7 +27,9 @@ namespace {
 using testing_reference::LoadedModel;
 using testing_reference::PlanOf;
 using testing_reference::RunOf;
+using testing_reference::TestPages;
 using testing_reference::TokensBelow;
+using testing_reference::WithPages;
 using testing_reference::WorstRowError;
 
 // pdl: programmatic dependent launch for the kernels that take it (sm_90 and newer; an
@@ -370,6 +374,78 @@ TEST(Mamba2GpuTest, GraphDecodeOfThreeSequencesEqualsEagerDecode) {
 }
 TEST(Mamba2GpuTest, GraphDecodeOfFiveSequencesEqualsEagerDecode) {
   ExpectGraphDecodeMatchesEager(5);
+}
+
+// The hybrid's decode graph (nemotron-tiny, bf16: every block kind, head_dim 16, GQA 2):
+// three sequences decode 80 steps through one bucket's graph, their contexts growing from
+// 5, 200 and 250 positions across tile (64), page (16) and split (256) boundaries, with one
+// capture; each replay's logits equal bit for bit those of the same padded step run op by
+// op at the same capacity on a second model fed the same tokens, and its KV pages too.
+TEST(HybridGpuTest, OneDecodeGraphServesGrowingContexts) {
+  COIL_GPU_OR_SKIP(graph_backend);
+  COIL_GPU_OR_SKIP(eager_backend);
+  constexpr int64_t kRows = 4;
+  const TestPages pages{16, 24};  // 384 positions per state row
+  auto dir = testing_reference::WriteShape("gpu_hybrid_graph", "nemotron-tiny",
+                                           checkpoint::DType::kBF16, {});
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  std::vector<std::unique_ptr<LoadedModel>> models;
+  for (auto* backend : {&graph_backend, &eager_backend}) {
+    auto loaded = testing_reference::LoadOn(*dir, std::move(*backend).value(), kRows,
+                                            model::WeightType::kAuto, pages.Options(kRows));
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    models.push_back(std::move(loaded).value());
+  }
+  LoadedModel& graph = *models[0];
+  LoadedModel& eager = *models[1];
+  ASSERT_TRUE(graph.runner->decode_graphs().enabled());
+  const int32_t capacity = graph.runner->decode_graphs().max_context();
+  ASSERT_EQ(capacity, 16 * 24 * kRows);  // the whole cache: no max_context given
+  eager.runner->decode_graphs().set_enabled(false);
+  const int32_t vocab = static_cast<int32_t>(graph.model->config().vocab_size);
+  const int64_t width = graph.model->layout().vocab.size();
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<ScheduledSequence> prefill;
+  for (int i = 0; i < 3; ++i) {
+    tokens.push_back(TokensBelow(vocab, std::vector<int>{6, 201, 251}[i], 300 + i));
+    prefill.push_back(RunOf(i, i, tokens[i], 0, static_cast<int32_t>(tokens[i].size()) - 1));
+  }
+  for (auto& m : models) {
+    const StepResult result = m->runner->Execute(WithPages(PlanOf(prefill, 1), pages));
+    ASSERT_TRUE(result.ok) << result.error;
+  }
+  const KvCache& cache = *graph.runner->kv_cache();
+  for (int step = 0; step < 80; ++step) {
+    SCOPED_TRACE(::testing::Message() << "decode step " << step);
+    std::vector<ScheduledSequence> decodes;
+    for (int i = 0; i < 3; ++i) {
+      const int32_t n = static_cast<int32_t>(tokens[i].size());
+      decodes.push_back(RunOf(i, i, tokens[i], n - 1, 1));
+    }
+    auto meta = BuildStepMetadata(WithPages(PlanOf(decodes, 2 + step), pages),
+                                  graph.model->config().padded_vocab_size(), kRows,
+                                  KvPages{16, cache.pages()});
+    ASSERT_TRUE(meta.ok()) << meta.status();
+    ASSERT_TRUE(graph.runner->decode_graphs().Takes(*meta));
+    std::vector<float> replayed, op_by_op;
+    ASSERT_TRUE(graph.runner->Forward(*meta, false, replayed).ok());
+    StepMetadata padded = PadDecodeBatch(*meta, 4, static_cast<int32_t>(kRows),
+                                         static_cast<int32_t>(cache.scratch_page()));
+    padded.kv.max_context = capacity;
+    ASSERT_TRUE(eager.runner->Forward(padded, false, op_by_op).ok());
+    op_by_op.resize(replayed.size());  // the real rows come first
+    ASSERT_EQ(replayed, op_by_op);
+    for (int i = 0; i < 3; ++i) {  // the next tokens: each row's greedy choice
+      const float* row = replayed.data() + i * width;
+      tokens[i].push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+    }
+  }
+  EXPECT_EQ(graph.runner->decode_graphs().captures(), 1) << "a longer context must not recapture";
+  EXPECT_EQ(graph.runner->decode_graphs().replays(), 80);
+  auto graph_pages = testing_reference::SnapshotPages(*graph.backend, cache);
+  auto eager_pages = testing_reference::SnapshotPages(*eager.backend, *eager.runner->kv_cache());
+  ASSERT_TRUE(graph_pages.ok() && eager_pages.ok());
+  EXPECT_TRUE(*graph_pages == *eager_pages) << "the replays' KV writes differ from op by op";
 }
 
 }  // namespace
