@@ -5,8 +5,8 @@
 # scripts/device_bundle.sh on a Debian machine and carried along), runs the CUDA test
 # programs, one coil-run generation on the GPU from a random 130m-shape model, the model
 # benchmark and the per-op benchmark (op_bench), the same for a random Nemotron-H hybrid
-# (nemotron-130m: logits and greedy tokens against the CPU backend, decode and prefill
-# figures), and prints one table. Meant to take about 5 minutes, build included.
+# (nemotron-130m: logits and greedy tokens against the CPU backend and with decode graphs
+# off, decode figures with graphs on and off, prefill figures), and prints one table. Meant to take about 5 minutes, build included.
 #
 # Usage (from anywhere): tests/device/run.sh
 #   environment: OUT=DIR       write the summary and every log there as they come (a run
@@ -270,9 +270,10 @@ fi
 summary
 
 # ---- the hybrid: a random nemotron-130m (Mamba2, attention and MLP blocks, bf16) ----
-# Greedy tokens equal on the GPU and on the CPU backend, and the prompt's logits within
-# bf16 tolerance (worst row: max |cuda - cpu| / max |cpu| <= 2e-2). Skipped, with a row
-# saying so, while coil-make-model has no nemotron-130m shape.
+# Greedy tokens equal on the GPU with decode graphs (the default), on the GPU op by op
+# (--cuda-graphs=false) and on the CPU backend, and the prompt's logits within bf16
+# tolerance (worst row: max |cuda - cpu| / max |cpu| <= 2e-2). Skipped, with a row saying
+# so, while coil-make-model has no nemotron-130m shape.
 nemo_dir=$(mktemp -d "${TMPDIR:-/tmp}/coil-nemotron-XXXXXX")
 trap 'rm -rf "$model_dir" "$nemo_dir"' EXIT
 have_nemo=""
@@ -289,17 +290,20 @@ limit=$(limit_for 60)
 if [[ -n $have_nemo && -n $coil_run && $limit -eq 0 ]]; then
   skipped_for_time "coil-run nemotron-130m, cuda against cpu"
 elif [[ -n $have_nemo && -n $coil_run ]]; then
-  note "coil-run nemotron-130m on cuda and on cpu"
+  note "coil-run nemotron-130m on cuda (graphs on and off) and on cpu"
   start=$(date +%s)
   nemo_status=0
-  for device in cuda cpu; do
-    timeout "$limit" "$coil_run" --model "$nemo_dir" --device "$device" \
+  for run in cuda cuda-nographs cpu; do
+    args=(--device "${run%%-*}")
+    [[ $run == cuda-nographs ]] && args+=(--cuda-graphs=false)
+    timeout "$limit" "$coil_run" --model "$nemo_dir" "${args[@]}" \
       --ids 510,2020,310,1063,3286,273,2020,77 --max-tokens 16 \
-      --dump-logits "$logs/nemotron_logits_$device.npy" > "$logs/coil_run_nemotron_$device.log" 2>&1 ||
+      --dump-logits "$logs/nemotron_logits_$run.npy" > "$logs/coil_run_nemotron_$run.log" 2>&1 ||
       nemo_status=$?
   done
   seconds=$(( $(date +%s) - start ))
   ids_cuda=$(grep -m1 '^ids: ' "$logs/coil_run_nemotron_cuda.log")
+  ids_nographs=$(grep -m1 '^ids: ' "$logs/coil_run_nemotron_cuda-nographs.log")
   ids_cpu=$(grep -m1 '^ids: ' "$logs/coil_run_nemotron_cpu.log")
   # The worst row's relative error of the two .npy files (f32, C order), without numpy.
   worst=$(python3 - "$logs/nemotron_logits_cuda.npy" "$logs/nemotron_logits_cpu.npy" <<'PY' 2>&1
@@ -322,13 +326,15 @@ for r in range(rows):
 print(f"{worst:.3g}")
 PY
   )
-  echo "    cuda $ids_cuda; cpu $ids_cpu; logits' worst row error $worst"
-  if [[ $nemo_status -eq 0 && -n $ids_cuda && $ids_cuda == "$ids_cpu" ]] &&
+  echo "    cuda $ids_cuda; cuda without graphs $ids_nographs; cpu $ids_cpu; logits' worst row error $worst"
+  same=differ
+  [[ -n $ids_cuda && $ids_cuda == "$ids_cpu" && $ids_cuda == "$ids_nographs" ]] && same=equal
+  if [[ $nemo_status -eq 0 && $same == equal ]] &&
      python3 -c "import sys; sys.exit(0 if float('$worst') <= 2e-2 else 1)" 2>/dev/null; then
-    rows+=("| coil-run nemotron-130m, cuda against cpu | 1 | 0 | 0 | $seconds | same 16 tokens; logits within $worst |")
+    rows+=("| coil-run nemotron-130m, cuda (graphs on, off) against cpu | 1 | 0 | 0 | $seconds | same 16 tokens; logits within $worst |")
   else
     overall=1
-    rows+=("| coil-run nemotron-130m, cuda against cpu | 0 | 1 | 0 | $seconds | exit $nemo_status; tokens $([[ $ids_cuda == "$ids_cpu" ]] && echo equal || echo differ); logits $worst |")
+    rows+=("| coil-run nemotron-130m, cuda (graphs on, off) against cpu | 0 | 1 | 0 | $seconds | exit $nemo_status; tokens $same (graphs on, off, cpu); logits $worst |")
   fi
 fi
 summary
@@ -404,11 +410,11 @@ if [[ -n $bench_exe && -n $make_model ]]; then
   summary
 fi
 
-# ---- the hybrid's figures: decode at batch 1, 64 and 256 (at 4k context where
-# model_bench takes --context) and prefill 8 x 2048, bf16 ----
+# ---- the hybrid's figures: decode at batch 1, 64 and 256 at 4k context (through decode
+# graphs, then at batch 1 and 64 op by op: what the graphs save) and prefill 8 x 2048,
+# bf16 ----
 if [[ -n $bench_exe && -n $have_nemo ]]; then
-  context_args=()
-  "$bench_exe" --helpfull 2>&1 | grep -q -- '--context' && context_args=(--context 4096)
+  context_args=(--contexts 4096)
   limit=$(limit_for 90)
   if [[ $limit -eq 0 ]]; then
     skipped_for_time "model_bench nemotron-130m"
@@ -430,6 +436,24 @@ if [[ -n $bench_exe && -n $have_nemo ]]; then
       overall=1
       tail -n 3 "$logs/model_bench_nemotron.log" | sed 's/^/    /'
       rows+=("| model_bench nemotron-130m | 0 | 1 | 0 | $seconds | $(ended "$status" "$limit") |")
+    fi
+  fi
+  limit=$(limit_for 45)
+  if [[ $limit -eq 0 ]]; then
+    skipped_for_time "model_bench nemotron-130m --cuda-graphs=false"
+  else
+    note "model_bench nemotron-130m --cuda-graphs=false (timeout ${limit}s)"
+    timeout "$limit" "$bench_exe" --model "$nemo_dir" --device cuda --batches 1,64 \
+      --decode-steps 16 --prefill 0 "${context_args[@]}" --cuda-graphs=false \
+      > "$logs/model_bench_nemotron_nographs.log" 2>&1
+    status=$?
+    if [[ $status -eq 0 ]]; then
+      mapfile -t -O "${#bench[@]}" bench < <(grep -E '^\| decode' "$logs/model_bench_nemotron_nographs.log" |
+                                             sed 's/^| decode |/| decode, nemotron-130m, graphs off |/')
+    else
+      overall=1
+      tail -n 3 "$logs/model_bench_nemotron_nographs.log" | sed 's/^/    /'
+      rows+=("| model_bench nemotron-130m --cuda-graphs=false | 0 | 1 | 0 | - | $(ended "$status" "$limit") |")
     fi
   fi
   summary
