@@ -68,6 +68,10 @@ ABSL_FLAG(std::string, dump_logits, "",
 ABSL_FLAG(std::string, score, "",
           "report the mean negative log-likelihood and perplexity of this text (or token-id) file");
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json (default: the model's, else GPT-NeoX-20B)");
+ABSL_FLAG(bool, add_special_tokens, true,
+          "a text --prompt or --score file gets the special tokens the tokenizer's post-processor "
+          "adds (Llama 2's BOS; GPT-NeoX's adds none), as Hugging Face's tokenizers give them "
+          "by default");
 ABSL_FLAG(int32_t, max_model_len, 4096,
           "most tokens of the sequence, prompt plus output (or of a --score file): a model with "
           "attention layers holds that many positions of KV pages");
@@ -140,7 +144,7 @@ class TextCodec {
 
   absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text) const {
 #if COIL_WITH_TOKENIZER
-    return tok_->Encode(text);
+    return tok_->Encode(text, absl::GetFlag(FLAGS_add_special_tokens));
 #else
     return absl::UnimplementedError("this build has no tokenizer");
 #endif
