@@ -338,20 +338,21 @@ for (const ranks of [1, 2]) {
 
 describe("limits and drain", () => {
   test("a client that never reads its stream is dropped after the write timeout", async () => {
-    const server = await startServer(1, ["--state-rows", "2", "--max-model-len", "65536"]);
+    const server = await startServer(1, ["--state-rows", "2", "--max-model-len", "1100000"]);
     try {
-      // 60,000 tokens of server-sent events (about 10 MB) cannot fit in the socket buffers:
-      // the server's writes stall, its write timeout (10 s) passes, the request is cancelled.
+      // A million tokens of server-sent events (about 170 MB) cannot fit in the socket
+      // buffers, nor be generated before they fill (about 4 MB) and the server's write
+      // timeout (10 s) passes, however fast the machine: the request is cancelled.
       const socket = net.connect(server.http, "127.0.0.1");
       await new Promise((resolve) => socket.on("connect", resolve));
       socket.pause();
-      const body = JSON.stringify({ prompt: "Go on", max_tokens: 60000, temperature: 0, ignore_eos: true, stream: true });
+      const body = JSON.stringify({ prompt: "Go on", max_tokens: 1_000_000, temperature: 0, ignore_eos: true, stream: true });
       socket.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
       await sleep(1000);
       assert.equal(await metric(server, "coil_requests_running"), 1);
       await expectAllRowsFree(server, 60_000);
       assert.equal(await metric(server, 'coil_requests_failed_total{code="CANCELLED"}'), 1);
-      assert.ok(await metric(server, "coil_generated_tokens_total") < 60000);
+      assert.ok(await metric(server, "coil_generated_tokens_total") < 1_000_000);
       socket.destroy();
     } finally {
       assert.equal(await server.stop(), 0, server.log());
