@@ -5,8 +5,10 @@
 // of 1, 16 and 5 tokens (5 divides neither the chunk of 8 nor the split points) and the same
 // bits whatever the page size; a sequence's logits do not depend on what shares its step;
 // pages and a state row freed by one sequence and handed to the next give that sequence
-// what fresh ones give; TP2 and TP4 (thread ranks) give the TP1 tokens and logits, with
-// KV heads split evenly, one KV head per rank, and query heads straddling KV groups.
+// what fresh ones give; TP2 and TP4 (thread ranks) give the TP1 tokens and logits, and the
+// reference's logits, in f32 and bf16, with KV heads split evenly, one KV head per rank, and
+// query heads straddling KV groups.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -288,16 +290,24 @@ TEST(HybridShardLayoutTest, RanksHoldTheKvHeadsTheirQueryHeadsRead) {
 struct TpCase {
   int tp;
   int heads, kv_heads;
+  checkpoint::DType dtype = checkpoint::DType::kF32;
 };
 
 class HybridThreadRanksTest : public ::testing::TestWithParam<TpCase> {};
 
 // TP N on thread ranks against TP1: the same tokens (greedy, plain temperature, top_p) and
-// logits within 1e-5 relative (TP changes only the order of some sums).
+// logits within 1e-5 relative (TP changes only the order of some sums; bf16 weights are
+// converted to the same f32 products on every rank). And every rank's logits, prompt and
+// decode, against the float64 reference fed the same tokens: within 1e-5 for f32 weights,
+// 6e-2 for bf16 (the reference reads the same bf16 weights but keeps its activations and
+// K/V in float64; with 12 heads over 26 positions the bf16 rounding reaches 4.7e-2 at TP1
+// already, and the TP1 match above shows that sharding adds nothing to it).
 TEST_P(HybridThreadRanksTest, ShardsGiveTheTp1TokensAndLogits) {
   const TpCase& c = GetParam();
+  const bool bf16 = c.dtype == checkpoint::DType::kBF16;
   const std::string dir =
-      WriteTiny(absl::StrCat("tp", c.tp, "_", c.heads, "_", c.kv_heads), checkpoint::DType::kF32,
+      WriteTiny(absl::StrCat("tp", c.tp, "_", c.heads, "_", c.kv_heads, bf16 ? "_bf16" : ""),
+                c.dtype,
                 {{"num_attention_heads", absl::StrCat(c.heads)},
                  {"num_key_value_heads", absl::StrCat(c.kv_heads)}});
   const auto cpu = [](int) { return CreateBackend(BackendKind::kCpu, {.threads = 1}); };
@@ -305,8 +315,32 @@ TEST_P(HybridThreadRanksTest, ShardsGiveTheTp1TokensAndLogits) {
   const TestPages pages{16, 4};  // 64 positions per row: the prompt and 24 tokens
   const auto tp1 = testing_reference::RunOnThreadRanks(dir, 1, cpu, prompt, 24, {}, pages);
   const auto sharded = testing_reference::RunOnThreadRanks(dir, c.tp, cpu, prompt, 24, {}, pages);
-  testing_reference::ExpectShardsMatchTp1(tp1, sharded, tp1[0].prompt_logits.size() / prompt.size(),
-                                          1e-5);
+  const size_t width = tp1[0].prompt_logits.size() / prompt.size();
+  testing_reference::ExpectShardsMatchTp1(tp1, sharded, width, bf16 ? 1e-4 : 1e-5);
+
+  auto files = model::OpenModelFiles(dir);
+  ASSERT_TRUE(files.ok()) << files.status();
+  testing_reference::ReferenceModel reference(*files);
+  std::vector<std::vector<double>> want;
+  for (int32_t token : prompt) want.push_back(reference.Step(token));
+  for (int32_t i = 0; i < testing_reference::kDecodeSteps; ++i) {
+    want.push_back(reference.Step(7 + 3 * i));  // the tokens RunOnThreadRanks feeds
+  }
+  const double tolerance = bf16 ? 6e-2 : 1e-5;
+  for (size_t rank = 0; rank < sharded.size(); ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank, " of ", sharded.size()));
+    const testing_reference::RankOutputs& got = sharded[rank];
+    ASSERT_EQ(got.prompt_logits.size(), prompt.size() * width);
+    ASSERT_EQ(got.decode_logits.size(), testing_reference::kDecodeSteps * width);
+    double worst = 0.0;
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      worst = std::max(worst, RowError(&got.prompt_logits[t * width], want[t]));
+    }
+    for (int32_t i = 0; i < testing_reference::kDecodeSteps; ++i) {
+      worst = std::max(worst, RowError(&got.decode_logits[i * width], want[prompt.size() + i]));
+    }
+    EXPECT_LT(worst, tolerance);
+  }
 }
 
 // 4 heads over 2 KV heads: split evenly at TP2, one KV head read by each rank's query head at
@@ -314,10 +348,14 @@ TEST_P(HybridThreadRanksTest, ShardsGiveTheTp1TokensAndLogits) {
 // straddle two KV groups.
 INSTANTIATE_TEST_SUITE_P(Cases, HybridThreadRanksTest,
                          ::testing::Values(TpCase{2, 4, 2}, TpCase{4, 4, 2}, TpCase{2, 6, 3},
-                                           TpCase{4, 12, 3}),
+                                           TpCase{4, 12, 3},
+                                           TpCase{2, 4, 2, checkpoint::DType::kBF16},
+                                           TpCase{4, 12, 3, checkpoint::DType::kBF16}),
                          [](const ::testing::TestParamInfo<TpCase>& info) {
-                           return absl::StrCat("tp", info.param.tp, "_heads", info.param.heads,
-                                               "_kv", info.param.kv_heads);
+                           return absl::StrCat(
+                               "tp", info.param.tp, "_heads", info.param.heads, "_kv",
+                               info.param.kv_heads,
+                               info.param.dtype == checkpoint::DType::kBF16 ? "_bf16" : "");
                          });
 
 }  // namespace
