@@ -143,6 +143,10 @@ TEST_P(RankFailureTest, RequestsEndUnavailableNamingTheRankAndTheJobEnds) {
     auto serving = client.Health();
     EXPECT_FALSE(serving.ok() && *serving) << "health still SERVING after losing a rank\n"
                                            << server.LogTail();
+    auto named = client.Health("coil.v1.Generation");
+    EXPECT_FALSE(named.ok() && *named)
+        << "health of coil.v1.Generation still SERVING after losing a rank\n"
+        << server.LogTail();
   }
 
   // Every coil-serve rank ends by itself, the victim included once mpirun continues it.
