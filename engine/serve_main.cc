@@ -109,7 +109,8 @@ ABSL_FLAG(int32_t, max_model_len, 4096, "most tokens of one request, prompt plus
 ABSL_FLAG(int32_t, max_queue, 1024, "most waiting requests; more are refused RESOURCE_EXHAUSTED");
 ABSL_FLAG(bool, prefix_cache, true,
           "keep the state of prompts at chunk multiples in state rows no request holds and "
-          "resume later prompts that start with the same tokens from it (pure Mamba2 models; "
+          "resume later prompts that start with the same tokens from it (a hybrid's snapshots "
+          "also share the prompt's KV pages, so --block-size must divide the SSD chunk size; "
           "--prefix-cache=false turns it off)");
 ABSL_FLAG(int32_t, prefix_cache_rows, 0,
           "most state rows the prefix cache may hold (0: any row no request holds); with "
