@@ -7,6 +7,10 @@
 #   coil_benchmark(NAME SOURCES ... [DEPS ...])      a Google Benchmark program (not run by ctest)
 #   coil_mpi_test(NAME SOURCES ... [DEPS ...] NP 1 2 4 [LABELS ...])  a GoogleTest program run
 #                                                    under mpirun once per rank count
+#
+# With -DCOIL_SANITIZE=ON every executable carries common/sanitizer_defaults.cc (its
+# sanitizer options and leak suppressions) and test timeouts are multiplied by
+# COIL_TEST_TIME_SCALE, as the tests' own waits are (tests/integration/server_process.h).
 
 # Warnings are errors for coil's own targets only; floating-point contraction is fixed
 # (docs/ARCHITECTURE.md §6: the same request gives the same bits alone or in a batch).
@@ -20,6 +24,19 @@ function(coil_target_options target)
   endif()
 endfunction()
 
+if(COIL_SANITIZE)
+  set(COIL_TEST_TIME_SCALE 10)
+else()
+  set(COIL_TEST_TIME_SCALE 1)
+endif()
+
+function(coil_executable_options target)
+  coil_target_options(${target})
+  if(COIL_SANITIZE)
+    target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/common/sanitizer_defaults.cc)
+  endif()
+endfunction()
+
 function(coil_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
@@ -30,7 +47,7 @@ endfunction()
 function(coil_executable name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
-  coil_target_options(${name})
+  coil_executable_options(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
 endfunction()
 
@@ -40,12 +57,13 @@ function(coil_test name)
     return()
   endif()
   add_executable(${name} ${ARG_SOURCES})
-  coil_target_options(${name})
+  coil_executable_options(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest_main GTest::gmock)
   add_test(NAME ${name} COMMAND ${name})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
+  math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * ${COIL_TEST_TIME_SCALE}")
   set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}")
 endfunction()
 
@@ -55,7 +73,7 @@ function(coil_benchmark name)
     return()
   endif()
   add_executable(${name} ${ARG_SOURCES})
-  coil_target_options(${name})
+  coil_executable_options(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark)
 endfunction()
 
@@ -72,11 +90,12 @@ function(coil_mpi_test name)
     message(FATAL_ERROR "coil_mpi_test(${name}): mpirun was not found (find_package(MPI))")
   endif()
   add_executable(${name} ${ARG_SOURCES})
-  coil_target_options(${name})
+  coil_executable_options(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
+  math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * ${COIL_TEST_TIME_SCALE}")
   foreach(np IN LISTS ARG_NP)
     add_test(NAME ${name}_np${np}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe

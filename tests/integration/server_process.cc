@@ -108,7 +108,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::s
   server->pid_ = *pid;
   server->under_mpirun_ = options.use_mpirun;
 
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120 * TimeScale());
   std::string port;
   while (port.empty()) {
     if (std::optional<int> code = WaitPid(server->pid_, std::chrono::milliseconds(50))) {
@@ -117,8 +117,8 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::s
                                               server->LogTail()));
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("coil-serve did not listen within 120 s:\n",
-                                                      server->LogTail()));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "coil-serve did not listen within ", 120 * TimeScale(), " s:\n", server->LogTail()));
     }
     std::ifstream in(port_file);
     std::string metrics_port, http_port;
@@ -129,7 +129,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::s
   }
   server->target_ = absl::StrCat("127.0.0.1:", port);
   absl::StatusOr<std::unique_ptr<Client>> client =
-      Client::Connect(server->target_, std::chrono::seconds(10));
+      Client::Connect(server->target_, std::chrono::seconds(10 * TimeScale()));
   if (!client.ok()) return client.status();
   server->client_ = std::move(client).value();
   absl::StatusOr<bool> serving = server->client_->Health();

@@ -981,12 +981,14 @@ TEST(ServingTest, ConfigurationErrorsNameTheFlag) {
 // only end through rank 0's shutdown plan (and mpirun must then exit 0 by itself).
 void ExpectDrain(ServerOptions options, int32_t num_tokens) {
   options.flags.insert(options.flags.end(), {"--state-rows", "2", "--max-model-len",
-                                             std::to_string(kLongModelLen), "--drain-timeout", "60"});
+                                             std::to_string(kLongModelLen), "--drain-timeout",
+                                             std::to_string(60 * TimeScale())});
   auto server = ServerProcess::Start(ServingEnvironment::Get()->model_dir(), options);
   ASSERT_TRUE(server.ok()) << server.status();
   Client& client = (*server)->client();
-  // Long enough (about a second or more) that the drain is observed while it runs.
-  const int32_t kTokens = num_tokens;
+  // Long enough (about a second or more) that the drain is observed while it runs; a
+  // sanitizer build generates more slowly, so fewer tokens take as long.
+  const int32_t kTokens = num_tokens / TimeScale();
   absl::StatusOr<Generation> in_flight;
   std::atomic<bool> started{false};
   std::thread runner([&] {
@@ -1011,7 +1013,7 @@ void ExpectDrain(ServerOptions options, int32_t num_tokens) {
   ASSERT_TRUE(in_flight.ok()) << in_flight.status();
   EXPECT_EQ(in_flight->token_ids.size(), static_cast<size_t>(kTokens));
   EXPECT_EQ(in_flight->final.finish_reason(), coil::v1::FINISH_REASON_LENGTH);
-  std::optional<int> code = (*server)->Wait(std::chrono::seconds(60));
+  std::optional<int> code = (*server)->Wait(std::chrono::seconds(60 * TimeScale()));
   ASSERT_TRUE(code.has_value()) << "coil-serve did not exit after draining";
   EXPECT_EQ(*code, 0) << (*server)->LogTail();
 }
@@ -1043,7 +1045,7 @@ TEST(ServingTest, DrainTimeoutEndsWhatIsLeftUnavailable) {
   EXPECT_THAT(std::string(in_flight.status().message()), HasSubstr("drain timeout"));
   EXPECT_GT(streamed.load(), 0u);
   EXPECT_LT(streamed.load(), static_cast<size_t>(kLongModelLen - 2));
-  std::optional<int> code = (*server)->Wait(std::chrono::seconds(30));
+  std::optional<int> code = (*server)->Wait(std::chrono::seconds(30 * TimeScale()));
   ASSERT_TRUE(code.has_value()) << "coil-serve did not exit after the drain timeout";
   EXPECT_EQ(*code, 0) << (*server)->LogTail();
 }
