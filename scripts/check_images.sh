@@ -158,7 +158,8 @@ cp deploy/docker/coil-entrypoint.sh "$context/deploy/docker/"
 install_from=$build_dir
 serve_built=$(find "$build_dir" -type f -name coil-serve -perm -u+x | head -n1)
 [[ -n "$serve_built" ]] || fail "$build_dir has no coil-serve; build it first"
-if ldd "$serve_built" | grep -q 'libcudart\|libcublas\|libnccl'; then
+serve_libraries=$(ldd "$serve_built")  # not piped into grep -q: pipefail and SIGPIPE
+if grep -q 'libcudart\|libcublas\|libnccl' <<<"$serve_libraries"; then
   # The CPU image carries no CUDA libraries: build the programs once more without CUDA.
   install_from=build-image
   launcher=()

@@ -264,7 +264,9 @@ fallback_after=$((drain_timeout + 10))
 ranks_of() {  # the children of mpirun $1 that are MPI ranks (Open MPI gave them a rank)
   local pid
   for pid in $(children_of "$1"); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK='; then
+    # grep -z reads the NUL-separated file itself: no pipe, whose writer a grep -q that
+    # matches early would end with SIGPIPE, failing the test under pipefail.
+    if grep -qz '^OMPI_COMM_WORLD_RANK=' "/proc/$pid/environ" 2>/dev/null; then
       echo "$pid"
     fi
   done

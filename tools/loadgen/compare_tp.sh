@@ -117,7 +117,7 @@ stop_server() {
   if [[ -n "$SERVER_PID" ]]; then
     local rank0=""
     for child in $(pgrep -P "$SERVER_PID" || true); do
-      if tr '\0' '\n' < "/proc/$child/environ" 2> /dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then
+      if grep -qzx 'OMPI_COMM_WORLD_RANK=0' "/proc/$child/environ" 2> /dev/null; then
         rank0=$child
       fi
     done
