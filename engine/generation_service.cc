@@ -222,6 +222,13 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
   absl::StatusOr<GenerationInput> input = ToInput(request, tokenizer_, limits_);
   const absl::Status valid = input.ok() ? ValidateGeneration(*input, limits_) : input.status();
   if (!valid.ok()) return refuse(valid);
+  // A call read after its deadline (a busy server reads calls late) is not queued: its
+  // client has stopped waiting, and a refusal for any other reason would be counted as
+  // that reason while the client sees DEADLINE_EXCEEDED.
+  if (context->deadline() <= std::chrono::system_clock::now()) {
+    return refuse(absl::DeadlineExceededError(
+        "the request's deadline passed before the server read it; allow it more time"));
+  }
   const uint64_t id = engine_.NextRequestId();
   std::string client_id =
       request.request_id().empty() ? absl::StrCat("coil-", id) : request.request_id();
