@@ -265,7 +265,7 @@ ranks_of() {  # the children of mpirun $1 that are MPI ranks (Open MPI gave them
   local pid
   for pid in $(children_of "$1"); do
     # grep -z reads the NUL-separated file itself: no pipe, whose writer a grep -q that
-    # matches early would end with SIGPIPE, failing the test under pipefail.
+    # matches early would end with SIGPIPE, failing the check under pipefail.
     if grep -qz '^OMPI_COMM_WORLD_RANK=' "/proc/$pid/environ" 2>/dev/null; then
       echo "$pid"
     fi
