@@ -9,6 +9,7 @@
 // element of y is then one sum over the k pairs in ascending order (the tile instruction's
 // order), again whatever M, the tiling or the threads.
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -137,6 +138,23 @@ COIL_AVX512 inline void StoreSums(float* y, __m128 sums, int nr) {
   }
 }
 
+// Prefetches the cache line of W element i. The address may lie past W's end (the last
+// tiles'): it is formed as an integer, and a prefetch never faults.
+template <DType WT>
+inline void PrefetchW(const void* w, int64_t i) {
+  const int64_t bytes = WT == DType::kF32 ? sizeof(float) : sizeof(uint16_t);
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(w) + i * bytes),
+               _MM_HINT_T0);
+}
+
+// A thread's W rows are contiguous. Each tile prefetches, as it streams its NR rows of W,
+// the tile kPrefetchTiles tiles further on (NR whole rows, the same bytes), in address order:
+// each k step takes the next NR x 64 bytes of it. The models' rows (1.5-3 KB) end before the
+// hardware prefetchers reach full stride, and prefetching row by row (one line of each row
+// per step) gains almost nothing: the linear order is what lets them follow
+// (docs/kernels.md).
+constexpr int kPrefetchTiles = 2;
+
 // MR x NR tile, bf16 x (padded with zeros to a multiple of 32) times bf16 W rows.
 template <int MR, int NR>
 COIL_AVX512_BF16 void TileBf16(const uint16_t* xb, int64_t ldx, const uint16_t* w, int64_t k_count,
@@ -145,8 +163,10 @@ COIL_AVX512_BF16 void TileBf16(const uint16_t* xb, int64_t ldx, const uint16_t* 
   for (int i = 0; i < MR; ++i) {
     for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
   }
+  const int64_t ahead = kPrefetchTiles * NR * k_count;
   int64_t k = 0;
   for (; k + 32 <= k_count; k += 32) {
+    for (int j = 0; j < NR; ++j) PrefetchW<DType::kBF16>(w, ahead + NR * k + 32 * j);
     __m512i wv[NR];
     for (int j = 0; j < NR; ++j) wv[j] = _mm512_loadu_si512(w + j * k_count + k);
     for (int i = 0; i < MR; ++i) {
@@ -199,8 +219,10 @@ COIL_AVX512 void TileF32(const float* xp, int64_t ldx, const void* w, int64_t k_
   for (int i = 0; i < MR; ++i) {
     for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
   }
+  const int64_t ahead = kPrefetchTiles * NR * k_count;
   int64_t k = 0;
   for (; k + 16 <= k_count; k += 16) {
+    for (int j = 0; j < NR; ++j) PrefetchW<WT>(w, ahead + NR * k + 16 * j);
     __m512 wv[NR];
     for (int j = 0; j < NR; ++j) wv[j] = LoadW16<WT>(w, j * k_count + k);
     for (int i = 0; i < MR; ++i) {
@@ -333,14 +355,22 @@ COIL_AVX512 void StoreTransposed(const float* c, const Tensor& y, int64_t m0, in
 
 // The k loop of one block: C tiles 0 (A 4 x B 6), 1 (4 x 7), 2 (5 x 6), 3 (5 x 7), the
 // second A (W rows 16-31) and B (x rows 16-31) only where they exist.
+// `ahead` (when not null) is the W block kPrefetchTiles blocks further on (32 whole rows,
+// contiguous): each k step prefetches the next 32 lines of it in address order, as
+// TileBf16 does.
 template <bool kTwoA, bool kTwoB>
-COIL_AMX void AmxBlock(const uint16_t* a, int64_t lda, const uint16_t* b0, int64_t k_steps) {
+COIL_AMX void AmxBlock(const uint16_t* a, int64_t lda, const uint16_t* b0, int64_t k_steps,
+                       const uint16_t* ahead) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
   const uint16_t* b1 = b0 + k_steps * 16 * 32;
   for (int64_t ks = 0; ks < k_steps; ++ks) {
+    if (ahead != nullptr) {
+      for (int64_t r = 0; r < kAmxRows; ++r)
+        PrefetchW<DType::kBF16>(ahead, 32 * (kAmxRows * ks + r));
+    }
     _tile_loadd(4, a + 32 * ks, lda * 2);
     _tile_loadd(6, b0 + ks * 16 * 32, 64);
     _tile_dpbf16ps(0, 4, 6);
@@ -376,17 +406,22 @@ COIL_AMX void AmxMatmulRange(const uint16_t* w, int64_t k_count, const uint16_t*
       lda = kp;
     }
     const bool two_a = rows > 16;
+    // Only the first pass over this block reads it from memory; the later ones find it
+    // in the cache. The prefetched rows are whole rows of W: with kp == k_count.
+    const int64_t ahead_row = n0 + kPrefetchTiles * kAmxRows;
+    const uint16_t* ahead = kp == k_count && ahead_row < n_end ? w + ahead_row * k_count : nullptr;
     for (int64_t mb = 0; mb < m_blocks; mb += 2) {
       const bool two_b = mb + 1 < m_blocks;
       const uint16_t* b0 = xv + mb * kp * 16;
+      const uint16_t* pf = mb == 0 ? ahead : nullptr;
       if (two_a && two_b) {
-        AmxBlock<true, true>(a, lda, b0, k_steps);
+        AmxBlock<true, true>(a, lda, b0, k_steps, pf);
       } else if (two_a) {
-        AmxBlock<true, false>(a, lda, b0, k_steps);
+        AmxBlock<true, false>(a, lda, b0, k_steps, pf);
       } else if (two_b) {
-        AmxBlock<false, true>(a, lda, b0, k_steps);
+        AmxBlock<false, true>(a, lda, b0, k_steps, pf);
       } else {
-        AmxBlock<false, false>(a, lda, b0, k_steps);
+        AmxBlock<false, false>(a, lda, b0, k_steps, pf);
       }
       _tile_stored(0, c[0], 64);
       _tile_stored(1, c[1], 64);

@@ -1,7 +1,7 @@
 // This machine's memory bandwidth, stream-style, on the CPU backend's own thread pool:
-// read (a sum, the pattern of streaming weights and state), copy, and triad, over a
-// 256 MiB array (far beyond the caches), 1 and 2 threads. The decode bounds in
-// docs/PERFORMANCE.md divide bytes moved per token by these figures.
+// read (a sum, the pattern of streaming weights and state; also with software prefetch),
+// copy, and triad, over a 256 MiB array (far beyond the caches), 1 and 2 threads. The
+// decode bounds in docs/PERFORMANCE.md divide bytes moved per token by these figures.
 // Beside them, the decode state update as the model runs it: SsmScan of one token for each
 // of B sequences (mamba2-130m's 24 heads x 64 x 128 state per layer), over 24 layers'
 // state pools in turn, so each step streams 24 x B x 786 KB of f32 state in and out (600 MB
@@ -33,6 +33,20 @@ COIL_VECTORIZE float SumBlock(const float* a, int64_t n) {
   return FoldLanes16(lanes);
 }
 
+// The same sum with each cache line prefetched kPrefetchFloats ahead, as the matmuls prefetch
+// their weights. Over one long array the hardware prefetchers alone reach the same rate; the
+// matmuls' 1.5-3 KB weight rows are what they cannot follow (docs/kernels.md).
+constexpr int64_t kPrefetchFloats = 1024;  // 4 KB
+
+COIL_VECTORIZE float SumBlockPrefetched(const float* a, int64_t n) {
+  float lanes[16] = {};
+  for (int64_t i = 0; i + 16 <= n; i += 16) {
+    __builtin_prefetch(a + i + kPrefetchFloats, 0, 3);
+    for (int j = 0; j < 16; ++j) lanes[j] += a[i + j];
+  }
+  return FoldLanes16(lanes);
+}
+
 COIL_VECTORIZE void CopyBlock(const float* a, float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) b[i] = a[i];
 }
@@ -41,17 +55,21 @@ COIL_VECTORIZE void TriadBlock(const float* a, const float* b, float* c, int64_t
   for (int64_t i = 0; i < n; ++i) c[i] = a[i] + 3.0f * b[i];
 }
 
-void BM_Read(benchmark::State& state) {
+template <float (*Sum)(const float*, int64_t)>
+void RunRead(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(0)));
   std::vector<float> a(kFloats, 1.0f);
   for (auto _ : state) {
     pool.ParallelFor(kFloats, 1 << 16, [&](int64_t b, int64_t e) {
-      float sum = SumBlock(a.data() + b, e - b);
+      float sum = Sum(a.data() + b, e - b);
       benchmark::DoNotOptimize(sum);
     });
   }
   state.SetBytesProcessed(state.iterations() * kFloats * 4);
 }
+
+void BM_Read(benchmark::State& state) { RunRead<&SumBlock>(state); }
+void BM_ReadPrefetched(benchmark::State& state) { RunRead<&SumBlockPrefetched>(state); }
 
 void BM_Copy(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(0)));
@@ -137,6 +155,7 @@ void BM_DecodeStateUpdate(benchmark::State& state) {
 }
 
 BENCHMARK(BM_Read)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadPrefetched)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Copy)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Triad)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 // (batch, threads, bf16 state)
