@@ -4,7 +4,8 @@
 // k-block by k-block, then folded in FoldLanes16's order. Tiling over rows and columns
 // only decides which elements are computed together, never how, so row m of y is the same
 // for any M (docs/ARCHITECTURE.md §6). With bf16 weights the x row is rounded to bf16 and
-// the products taken by vdpbf16ps where the CPU has AVX-512 BF16.
+// the products taken by vdpbf16ps where the CPU has AVX-512 BF16. A CPU with AVX2 and FMA
+// but no AVX-512 keeps the 16 lane partials in pairs of 8-wide registers (the AVX2 section).
 // Where the CPU has AMX, bf16 weights (with K even) take the tiles instead, for every M: each
 // element of y is then one sum over the k pairs in ascending order (the tile instruction's
 // order), again whatever M, the tiling or the threads.
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -453,6 +455,294 @@ void AmxMatmul(const CpuContext& ctx, const Tensor& x, const Tensor& w, const Te
     AmxMatmulRange(wp, k_count, xv.get(), kp, m_count, y, n_begin, n_end);
   });
 }
+
+// ---------------------------------------------------------------- AVX2 + FMA
+// The same dot-product form in 8-wide registers: each output element keeps 16 lane partials
+// (lane = k mod 16) in two registers, `lo` (lanes 0-7) and `hi` (8-15), and folds them in
+// FoldLanes16's order. With bf16 weights x holds bf16 values, every product of two bf16
+// values is exact in fp32, and so a fused multiply-add rounds as the portable loop's
+// multiply then add: the bits are the portable path's. With f32 and f16 weights the tiles
+// take FMAs in the AVX-512 path's order, and give its bits.
+#define COIL_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+constexpr int kMr2 = 2;       // x rows per streaming tile (few rows: W read once, from memory)
+constexpr int kNr2 = 3;       // W rows per streaming tile
+constexpr int kMrS = 3;       // x rows per split tile (more rows: W widened first, reused from L1)
+constexpr int kNrS = 4;       // W rows per split tile, widened together
+constexpr int64_t kMbS = 96;  // x rows per cache block (L2), a multiple of kMrS
+constexpr int64_t kPanelMinRows = 8;  // from this M on, the split tiles
+constexpr int64_t kGrain2 = 12;       // W rows per ParallelFor grain: both tiles' multiple
+
+template <DType WT>
+COIL_AVX2 inline __m256 LoadW8(const void* w, int64_t i) {
+  if constexpr (WT == DType::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(w) + i);
+  } else if constexpr (WT == DType::kF16) {
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i)));
+  } else {
+    const __m128i raw =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+  }
+}
+
+// Sums of up to four elements' lane partials, in FoldLanes16's order: lanes i + (i + 8) is
+// lo + hi, then + (i + 4) the two halves, then (i + 2) and (i + 1) across the transposed
+// quarters.
+COIL_AVX2 inline __m128 Fold4(const __m256* lo, const __m256* hi, int count) {
+  __m128 q[4];
+  for (int j = 0; j < 4; ++j) {
+    if (j < count) {
+      const __m256 a = _mm256_add_ps(lo[j], hi[j]);
+      q[j] = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    } else {
+      q[j] = _mm_setzero_ps();
+    }
+  }
+  _MM_TRANSPOSE4_PS(q[0], q[1], q[2], q[3]);
+  return _mm_add_ps(_mm_add_ps(q[0], q[2]), _mm_add_ps(q[1], q[3]));
+}
+
+COIL_AVX2 inline void StoreSums2(float* y, __m128 sums, int nr) {
+  alignas(16) float v[4];
+  _mm_store_ps(v, sums);
+  for (int j = 0; j < nr; ++j) y[j] = v[j];
+}
+
+// MR x NR tile, f32 x (padded with zeros to a multiple of 16) times W rows of type WT,
+// `ldw` elements apart. kPrefetch: W's rows are contiguous (ldw = k_count) and streamed from
+// memory, so the tile prefetches the tile kPrefetchTiles further on as the AVX-512 one does.
+template <DType WT, int MR, int NR, bool kPrefetch>
+COIL_AVX2 void TileAvx2(const float* xp, int64_t ldx, const void* w, int64_t ldw, int64_t k_count,
+                        float* y, int64_t ldy) {
+  __m256 lo[MR][NR], hi[MR][NR];
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NR; ++j) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
+  }
+  const int64_t ahead = kPrefetchTiles * NR * k_count;
+  int64_t k = 0;
+  for (; k + 16 <= k_count; k += 16) {
+    if constexpr (kPrefetch) {
+      for (int j = 0; j < NR; ++j) PrefetchW<WT>(w, ahead + NR * k + 16 * j);
+    }
+    __m256 xv[MR];
+    for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(xp + i * ldx + k);
+    for (int j = 0; j < NR; ++j) {
+      const __m256 wv = LoadW8<WT>(w, j * ldw + k);
+      for (int i = 0; i < MR; ++i) lo[i][j] = _mm256_fmadd_ps(xv[i], wv, lo[i][j]);
+    }
+    for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(xp + i * ldx + k + 8);
+    for (int j = 0; j < NR; ++j) {
+      const __m256 wv = LoadW8<WT>(w, j * ldw + k + 8);
+      for (int i = 0; i < MR; ++i) hi[i][j] = _mm256_fmadd_ps(xv[i], wv, hi[i][j]);
+    }
+  }
+  if (k < k_count) {
+    // The last partial block: W's tail copied into zeros (x is zero there already).
+    using Elem = std::conditional_t<WT == DType::kF32, float, uint16_t>;
+    Elem tail[NR][16] = {};
+    for (int j = 0; j < NR; ++j) {
+      std::memcpy(tail[j], static_cast<const Elem*>(w) + j * ldw + k,
+                  sizeof(Elem) * static_cast<size_t>(k_count - k));
+    }
+    for (int half = 0; half < 2; ++half) {
+      __m256 xv[MR];
+      for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(xp + i * ldx + k + 8 * half);
+      for (int j = 0; j < NR; ++j) {
+        const __m256 wv = LoadW8<WT>(tail[j], 8 * half);
+        for (int i = 0; i < MR; ++i) {
+          if (half == 0) {
+            lo[i][j] = _mm256_fmadd_ps(xv[i], wv, lo[i][j]);
+          } else {
+            hi[i][j] = _mm256_fmadd_ps(xv[i], wv, hi[i][j]);
+          }
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) StoreSums2(y + i * ldy, Fold4(lo[i], hi[i], NR), NR);
+}
+
+using Avx2TileFn = void (*)(const float*, int64_t, const void*, int64_t, int64_t, float*, int64_t);
+
+// [mr - 1][nr - 1] -> the tile kernel for the edge sizes.
+template <DType WT, bool kPrefetch>
+struct Avx2Tiles {
+  static constexpr Avx2TileFn kTiles[kMr2][kNr2] = {
+      {&TileAvx2<WT, 1, 1, kPrefetch>, &TileAvx2<WT, 1, 2, kPrefetch>,
+       &TileAvx2<WT, 1, 3, kPrefetch>},
+      {&TileAvx2<WT, 2, 1, kPrefetch>, &TileAvx2<WT, 2, 2, kPrefetch>,
+       &TileAvx2<WT, 2, 3, kPrefetch>}};
+};
+
+// The split layout of a row padded to ldx (a multiple of 16) floats: the lanes 0-7 of every
+// 16-block first, then the lanes 8-15, so each lane half is one contiguous run of ldx / 2.
+COIL_AVX2 inline void SplitHalves(const float* row, int64_t ldx, float* out) {
+  const int64_t half = ldx / 2;
+  for (int64_t b = 0; b < ldx / 16; ++b) {
+    _mm256_storeu_ps(out + 8 * b, _mm256_loadu_ps(row + 16 * b));
+    _mm256_storeu_ps(out + half + 8 * b, _mm256_loadu_ps(row + 16 * b + 8));
+  }
+}
+
+// W rows [n0, n1) widened to fp32, zero-padded to ldx and split (SplitHalves), in one pass.
+template <DType WT>
+COIL_AVX2 void WidenSplit(const void* w, int64_t k_count, int64_t n0, int64_t n1, int64_t ldx,
+                          float* panel) {
+  using Elem = std::conditional_t<WT == DType::kF32, float, uint16_t>;
+  const int64_t half = ldx / 2, whole = k_count / 16 * 16;
+  for (int64_t n = n0; n < n1; ++n) {
+    const Elem* src = static_cast<const Elem*>(w) + n * k_count;
+    float* dst = panel + (n - n0) * ldx;
+    for (int64_t k = 0; k < whole; k += 16) {
+      _mm256_storeu_ps(dst + k / 2, LoadW8<WT>(src, k));
+      _mm256_storeu_ps(dst + half + k / 2, LoadW8<WT>(src, k + 8));
+    }
+    if (whole < ldx) {
+      alignas(32) float tail[16] = {};
+      for (int64_t k = whole; k < k_count; ++k) {
+        if constexpr (WT == DType::kF32) {
+          tail[k - whole] = src[k];
+        } else if constexpr (WT == DType::kF16) {
+          tail[k - whole] = F16ToFloat(src[k]);
+        } else {
+          tail[k - whole] = Bf16ToFloat(src[k]);
+        }
+      }
+      std::memcpy(dst + whole / 2, tail, sizeof(float) * 8);
+      std::memcpy(dst + half + whole / 2, tail + 8, sizeof(float) * 8);
+    }
+  }
+}
+
+// MR x NR tile over split rows: the lane half 0-7 over its contiguous run, then 8-15, one
+// register per element in each pass (so twice the elements of the streaming tile in the same
+// registers). Each lane partial still takes its k in ascending order by FMA, so the sums, and
+// the fold, are the streaming tile's bit for bit.
+template <int MR, int NR>
+COIL_AVX2 void TileSplit(const float* xs, int64_t ldx, const float* ws, float* y, int64_t ldy) {
+  const int64_t half = ldx / 2;
+  __m256 lo[MR][NR];
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc[MR][NR];
+    for (int i = 0; i < MR; ++i) {
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+    }
+    const float* xh = xs + h * half;
+    const float* wh = ws + h * half;
+    for (int64_t k = 0; k < half; k += 8) {
+      __m256 xv[MR];
+      for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(xh + i * ldx + k);
+      for (int j = 0; j < NR; ++j) {
+        const __m256 wv = _mm256_loadu_ps(wh + j * ldx + k);
+        for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
+      }
+    }
+    if (h == 0) {
+      for (int i = 0; i < MR; ++i) {
+        for (int j = 0; j < NR; ++j) lo[i][j] = acc[i][j];
+      }
+    } else {
+      for (int i = 0; i < MR; ++i) StoreSums2(y + i * ldy, Fold4(lo[i], acc[i], NR), NR);
+    }
+  }
+}
+
+using SplitTileFn = void (*)(const float*, int64_t, const float*, float*, int64_t);
+#define COIL_ROW_SPLIT(MR) \
+  { &TileSplit<MR, 1>, &TileSplit<MR, 2>, &TileSplit<MR, 3>, &TileSplit<MR, 4> }
+constexpr SplitTileFn kSplitTiles[kMrS][kNrS] = {COIL_ROW_SPLIT(1), COIL_ROW_SPLIT(2),
+                                                 COIL_ROW_SPLIT(3)};
+#undef COIL_ROW_SPLIT
+
+// y rows [0, M) x columns [n_begin, n_end). Few rows stream W straight into the tiles (x
+// packed plainly in xp); more rows widen kNrS W rows at a time into a split fp32 panel (L1)
+// and sweep a block of split x rows (xs, L2) over it, so each W row is widened once per
+// block of kMbS rows.
+template <DType WT>
+void MatmulAvx2Range(const float* xp, const float* xs, int64_t ldx, int64_t m_count, const void* w,
+                     int64_t k_count, const Tensor& y, int64_t n_begin, int64_t n_end) {
+  const int64_t ldy = y.stride(0);
+  if (m_count < kPanelMinRows) {
+    using Elem = std::conditional_t<WT == DType::kF32, float, uint16_t>;
+    const Elem* wp = static_cast<const Elem*>(w);
+    for (int64_t m = 0; m < m_count; m += kMr2) {
+      const int mr = static_cast<int>(std::min<int64_t>(kMr2, m_count - m));
+      for (int64_t n = n_begin; n < n_end; n += kNr2) {
+        const int nr = static_cast<int>(std::min<int64_t>(kNr2, n_end - n));
+        Avx2Tiles<WT, true>::kTiles[mr - 1][nr - 1](xp + m * ldx, ldx, wp + n * k_count, k_count,
+                                                    k_count, RowF32(y, m) + n, ldy);
+      }
+    }
+    return;
+  }
+  thread_local std::vector<float> panel_storage;
+  if (panel_storage.size() < static_cast<size_t>(kNrS * ldx)) {
+    panel_storage.resize(static_cast<size_t>(kNrS * ldx));
+  }
+  float* const panel = panel_storage.data();
+  // While the tiles sweep one panel, the next panel's W rows are prefetched, a share of
+  // their lines per tile, so that widening them finds them in the cache.
+  const int64_t elem = WT == DType::kF32 ? 4 : 2;
+  const char* wb = static_cast<const char*>(w);
+  for (int64_t m0 = 0; m0 < m_count; m0 += kMbS) {
+    const int64_t m1 = std::min(m_count, m0 + kMbS);
+    const int64_t tiles = (m1 - m0 + kMrS - 1) / kMrS;
+    for (int64_t n = n_begin; n < n_end; n += kNrS) {
+      const int nr = static_cast<int>(std::min<int64_t>(kNrS, n_end - n));
+      WidenSplit<WT>(w, k_count, n, n + nr, ldx, panel);
+      const int64_t next_rows = std::min<int64_t>(kNrS, n_end - n - nr);
+      const int64_t lines = next_rows > 0 ? (next_rows * k_count * elem + 63) / 64 : 0;
+      const char* next = wb + (n + nr) * k_count * elem;
+      for (int64_t t = 0; t < tiles; ++t) {
+        for (int64_t line = t * lines / tiles; line < (t + 1) * lines / tiles; ++line) {
+          _mm_prefetch(next + 64 * line, _MM_HINT_T0);
+        }
+        const int64_t m = m0 + kMrS * t;
+        const int mr = static_cast<int>(std::min<int64_t>(kMrS, m1 - m));
+        kSplitTiles[mr - 1][nr - 1](xs + m * ldx, ldx, panel, RowF32(y, m) + n, ldy);
+      }
+    }
+  }
+}
+
+void MatmulAvx2(const CpuContext& ctx, const Tensor& x, const Tensor& w, const Tensor& y) {
+  const int64_t m_count = x.dim(0), n_count = w.dim(0), k_count = w.dim(1);
+  const int64_t ldx = (k_count + 15) / 16 * 16;
+  const bool split = m_count >= kPanelMinRows;
+  AlignedArray<float> xp(m_count * ldx);
+  ctx.pool->ParallelFor(m_count, 1, [&](int64_t begin, int64_t end) {
+    float* row = split ? RowScratch(ldx) : nullptr;
+    for (int64_t m = begin; m < end; ++m) {
+      float* dst = split ? row : xp.get() + m * ldx;
+      if (w.dtype() == DType::kBF16) {
+        Bf16RowValues(x, m, k_count, dst);
+      } else {
+        std::memcpy(dst, RowF32(x, m), sizeof(float) * k_count);
+      }
+      if (split) {
+        std::fill(row + k_count, row + ldx, 0.0f);
+        SplitHalves(row, ldx, xp.get() + m * ldx);
+      }
+    }
+  });
+  const float* plain = split ? nullptr : xp.get();
+  const float* halves = split ? xp.get() : nullptr;
+  const void* wp = w.raw();
+  ctx.pool->ParallelFor(n_count, kGrain2, [&](int64_t n_begin, int64_t n_end) {
+    switch (w.dtype()) {
+      case DType::kBF16:
+        MatmulAvx2Range<DType::kBF16>(plain, halves, ldx, m_count, wp, k_count, y, n_begin, n_end);
+        break;
+      case DType::kF16:
+        MatmulAvx2Range<DType::kF16>(plain, halves, ldx, m_count, wp, k_count, y, n_begin, n_end);
+        break;
+      default:
+        MatmulAvx2Range<DType::kF32>(plain, halves, ldx, m_count, wp, k_count, y, n_begin, n_end);
+    }
+  });
+}
 #endif  // __x86_64__
 
 }  // namespace
@@ -502,6 +792,10 @@ void CpuMatmul(const CpuContext& ctx, const Tensor& x, const Tensor& w, const Te
     ctx.pool->ParallelFor(n_count, kNr, [&](int64_t n_begin, int64_t n_end) {
       RunTiles(xp.get(), ldx, m_count, wp, row_bytes, k_count, y, n_begin, n_end, tiles);
     });
+    return;
+  }
+  if (cpu.avx2_fma) {
+    MatmulAvx2(ctx, x, w, y);
     return;
   }
 #endif

@@ -127,6 +127,26 @@ COIL_VECTORIZE void DecayCoefficients(const float* cb, const double* cum, double
 #if defined(__x86_64__)
 #define COIL_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 
+#define COIL_AVX2 __attribute__((target("avx2,fma")))
+
+// Prefetches the state row `row` of n_count values, a cache line at a time.
+template <typename StateT>
+inline void PrefetchRow(const StateT* row, int64_t n_count) {
+  constexpr int64_t kPerLine = 64 / sizeof(StateT);
+  for (int64_t n = 0; n < n_count; n += kPerLine) {
+    _mm_prefetch(reinterpret_cast<const char*>(row + n), _MM_HINT_T0);
+  }
+}
+
+// The sum of 16 lane partials held as lanes 0-7 (lo) and 8-15 (hi), in FoldLanes16's order:
+// i + (i + 8), then + (i + 4), + (i + 2), + (i + 1).
+COIL_AVX2 inline float FoldHalves(__m256 lo, __m256 hi) {
+  const __m256 half = _mm256_add_ps(lo, hi);
+  const __m128 quarter = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
+  const __m128 eighth = _mm_add_ps(quarter, _mm_movehl_ps(quarter, quarter));
+  return _mm_cvtss_f32(_mm_add_ss(eighth, _mm_shuffle_ps(eighth, eighth, 1)));
+}
+
 // The state row as fp32: loads 16 values (fp32, or bf16 widened exactly).
 template <typename StateT>
 COIL_AVX512 inline __m512 LoadState16(const StateT* h) {
@@ -165,14 +185,9 @@ COIL_AVX512 void RecurrenceStepAvx512(StateT* h, const float* x, const float* b,
                                       float decay, float dtv, float d, int64_t p_count,
                                       int64_t n_count, float* y, const StateT* next) {
   const __m512 dv = _mm512_set1_ps(decay);
-  constexpr int64_t kPerLine = 64 / sizeof(StateT);
   for (int64_t p = 0; p < p_count; ++p) {
     StateT* hp = h + p * n_count;
-    if (next != nullptr) {
-      for (int64_t n = 0; n < n_count; n += kPerLine) {
-        _mm_prefetch(reinterpret_cast<const char*>(next + p * n_count + n), _MM_HINT_T0);
-      }
-    }
+    if (next != nullptr) PrefetchRow(next + p * n_count, n_count);
     const __m512 xdt = _mm512_set1_ps(x[p] * dtv);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t n = 0; n < n_count; n += 16) {
@@ -181,12 +196,99 @@ COIL_AVX512 void RecurrenceStepAvx512(StateT* h, const float* x, const float* b,
       StoreState16(hp + n, v);
       acc = _mm512_add_ps(acc, _mm512_mul_ps(v, _mm512_loadu_ps(c + n)));
     }
-    // FoldLanes16's order: i + (i + 8), then + (i + 4), + (i + 2), + (i + 1).
-    const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-    const __m128 quarter = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
-    const __m128 eighth = _mm_add_ps(quarter, _mm_movehl_ps(quarter, quarter));
-    const float sum = _mm_cvtss_f32(_mm_add_ss(eighth, _mm_shuffle_ps(eighth, eighth, 1)));
-    y[p] = sum + d * x[p];
+    y[p] = FoldHalves(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)) + d * x[p];
+  }
+}
+
+// The same step in 8-wide registers (AVX2), the same multiplies and adds in the same order,
+// so the same bits again. An fp32 row is taken 16 values at a time as lanes 0-7 and 8-15.
+// A bf16 row is taken as its even and its odd values (one 32-byte load, a shift and a mask
+// widen them; their roundings merge back with a shift, a mask and an or), against B and C
+// split the same way once per call: the lane partials are the same, only held in another
+// arrangement until the fold.
+COIL_AVX2 void RecurrenceStepAvx2(float* h, const float* x, const float* b, const float* c,
+                                  float decay, float dtv, float d, int64_t p_count, int64_t n_count,
+                                  float* y, const float* next) {
+  const __m256 dv = _mm256_set1_ps(decay);
+  for (int64_t p = 0; p < p_count; ++p) {
+    float* hp = h + p * n_count;
+    if (next != nullptr) PrefetchRow(next + p * n_count, n_count);
+    const __m256 xdt = _mm256_set1_ps(x[p] * dtv);
+    __m256 acc_lo = _mm256_setzero_ps(), acc_hi = _mm256_setzero_ps();
+    for (int64_t n = 0; n < n_count; n += 16) {
+      const __m256 lo = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(hp + n), dv),
+                                      _mm256_mul_ps(xdt, _mm256_loadu_ps(b + n)));
+      const __m256 hi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(hp + n + 8), dv),
+                                      _mm256_mul_ps(xdt, _mm256_loadu_ps(b + n + 8)));
+      _mm256_storeu_ps(hp + n, lo);
+      _mm256_storeu_ps(hp + n + 8, hi);
+      acc_lo = _mm256_add_ps(acc_lo, _mm256_mul_ps(lo, _mm256_loadu_ps(c + n)));
+      acc_hi = _mm256_add_ps(acc_hi, _mm256_mul_ps(hi, _mm256_loadu_ps(c + n + 8)));
+    }
+    y[p] = FoldHalves(acc_lo, acc_hi) + d * x[p];
+  }
+}
+
+// Rounds fp32 bits to the bf16 in their high 16 bits, to nearest even (FloatToBf16 for
+// every value but NaN, which the caller handles).
+COIL_AVX2 inline __m256i RoundHigh(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  return _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+}
+
+COIL_AVX2 void RecurrenceStepAvx2(uint16_t* h, const float* x, const float* b, const float* c,
+                                  float decay, float dtv, float d, int64_t p_count, int64_t n_count,
+                                  float* y, const uint16_t* next) {
+  // Per 16 values n0 .. n0 + 15: B's 8 even values, B's 8 odd, then C's.
+  thread_local std::vector<float> split;
+  split.resize(static_cast<size_t>(2 * n_count));
+  for (int64_t n0 = 0; n0 < n_count; n0 += 16) {
+    float* out = split.data() + 2 * n0;
+    for (int i = 0; i < 8; ++i) {
+      out[i] = b[n0 + 2 * i];
+      out[8 + i] = b[n0 + 2 * i + 1];
+      out[16 + i] = c[n0 + 2 * i];
+      out[24 + i] = c[n0 + 2 * i + 1];
+    }
+  }
+  const __m256 dv = _mm256_set1_ps(decay);
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t p = 0; p < p_count; ++p) {
+    uint16_t* hp = h + p * n_count;
+    if (next != nullptr) PrefetchRow(next + p * n_count, n_count);
+    const __m256 xdt = _mm256_set1_ps(x[p] * dtv);
+    __m256 acc_even = _mm256_setzero_ps(), acc_odd = _mm256_setzero_ps();
+    for (int64_t n = 0; n < n_count; n += 16) {
+      const float* bc = split.data() + 2 * n;
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hp + n));
+      const __m256 even =
+          _mm256_add_ps(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(raw, 16)), dv),
+                        _mm256_mul_ps(xdt, _mm256_loadu_ps(bc)));
+      const __m256 odd =
+          _mm256_add_ps(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(raw, high)), dv),
+                        _mm256_mul_ps(xdt, _mm256_loadu_ps(bc + 8)));
+      const __m256i merged = _mm256_or_si256(_mm256_srli_epi32(RoundHigh(even), 16),
+                                             _mm256_and_si256(RoundHigh(odd), high));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hp + n), merged);
+      if (_mm256_movemask_ps(_mm256_cmp_ps(even, odd, _CMP_UNORD_Q)) != 0) {
+        alignas(32) float v[16];
+        _mm256_store_ps(v, even);
+        _mm256_store_ps(v + 8, odd);
+        for (int i = 0; i < 8; ++i) {
+          hp[n + 2 * i] = FloatToBf16(v[i]);
+          hp[n + 2 * i + 1] = FloatToBf16(v[8 + i]);
+        }
+      }
+      acc_even = _mm256_add_ps(acc_even, _mm256_mul_ps(even, _mm256_loadu_ps(bc + 16)));
+      acc_odd = _mm256_add_ps(acc_odd, _mm256_mul_ps(odd, _mm256_loadu_ps(bc + 24)));
+    }
+    // Back to lanes 0-7 and 8-15: lane 2i is even i, lane 2i + 1 odd i.
+    const __m256 first = _mm256_unpacklo_ps(acc_even, acc_odd);   // lanes 0-3, 8-11
+    const __m256 second = _mm256_unpackhi_ps(acc_even, acc_odd);  // lanes 4-7, 12-15
+    y[p] = FoldHalves(_mm256_permute2f128_ps(first, second, 0x20),
+                      _mm256_permute2f128_ps(first, second, 0x31)) +
+           d * x[p];
   }
 }
 
@@ -737,6 +839,9 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
   const int num_seqs = batch.num_seqs();
   // The AVX-512 forms of the SSD piece need whole vectors along headdim and d_state.
   const bool avx512 = CpuFeatures::Get().avx512 && P % 16 == 0 && N % 16 == 0;
+  // The 8-wide forms, where the CPU has AVX2 and FMA but not AVX-512.
+  [[maybe_unused]] const bool avx2 =
+      !avx512 && CpuFeatures::Get().avx2_fma && P % 16 == 0 && N % 16 == 0;
 
   // The bf16 form needs whole tiles along headdim and pairs of 16 along d_state.
   const Bf16Products form = options.bf16_products && !ctx.use_ref && P % 16 == 0 && N % 32 == 0
@@ -846,7 +951,7 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
       const float dh = d.data<float>()[head];
       const float bias = dt_bias.data<float>()[head];
 #if defined(__x86_64__)
-      if (avx512 && !ctx.use_ref && batch.run_length(s) == 1 && slot_state != nullptr) {
+      if ((avx512 || avx2) && !ctx.use_ref && batch.run_length(s) == 1 && slot_state != nullptr) {
         const int64_t t = batch.run_begin(s);
         const float dtv = DtFast(RowF32(dt, t)[head], bias, options);
         const float* xt = RowF32(x, t) + head * P;
@@ -854,12 +959,19 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
         const float* ct = RowF32(c, t) + g * N;
         float* yt = RowF32(y, t) + head * P;
         const void* next = item + 1 < end ? state_of(item + 1) : nullptr;
-        if (bf16_state) {
-          RecurrenceStepAvx512(static_cast<uint16_t*>(slot_state), xt, bt, ct, ExpF(a * dtv), dtv,
-                               dh, P, N, yt, static_cast<const uint16_t*>(next));
+        const float decay = ExpF(a * dtv);
+        if (avx512 && bf16_state) {
+          RecurrenceStepAvx512(static_cast<uint16_t*>(slot_state), xt, bt, ct, decay, dtv, dh, P, N,
+                               yt, static_cast<const uint16_t*>(next));
+        } else if (avx512) {
+          RecurrenceStepAvx512(static_cast<float*>(slot_state), xt, bt, ct, decay, dtv, dh, P, N,
+                               yt, static_cast<const float*>(next));
+        } else if (bf16_state) {
+          RecurrenceStepAvx2(static_cast<uint16_t*>(slot_state), xt, bt, ct, decay, dtv, dh, P, N,
+                             yt, static_cast<const uint16_t*>(next));
         } else {
-          RecurrenceStepAvx512(static_cast<float*>(slot_state), xt, bt, ct, ExpF(a * dtv), dtv, dh,
-                               P, N, yt, static_cast<const float*>(next));
+          RecurrenceStepAvx2(static_cast<float*>(slot_state), xt, bt, ct, decay, dtv, dh, P, N, yt,
+                             static_cast<const float*>(next));
         }
         continue;
       }
