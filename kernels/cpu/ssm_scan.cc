@@ -37,6 +37,10 @@ struct Dims {
   int64_t GroupOf(int64_t head) const { return (first_head + head) / heads_per_group; }
 };
 
+// Which vector forms the recurrence and the fp32 SSD form take: 16-wide AVX-512, 8-wide
+// AVX2 + FMA (the same bits, ssd_forms.inc), or the portable loops.
+enum class SsdForm { kPortable, kAvx2, kAvx512 };
+
 // A chunk-aligned piece of a sequence's run that takes the SSD form.
 struct Piece {
   int64_t row0;       // first packed row
@@ -292,166 +296,59 @@ COIL_AVX2 void RecurrenceStepAvx2(uint16_t* h, const float* x, const float* b, c
   }
 }
 
-// The AVX-512 forms of the SSD piece's three products (used when headdim and d_state are
-// multiples of 16). Each output element still sums in one fixed order (n, then s,
-// ascending, with fused multiply-adds), whatever the batch.
-
-// Rows t .. t + R - 1 of y over columns [p0, p0 + 16 NV):
-// y[t] = e_t (C[t] h) + sum_{s <= t} coef_t[s] x[s] + d x[t]. Computing R rows together
-// shares the loads of h and x and gives the FMA chains R times the independence; each
-// element still sums over n, then s, in ascending order.
-template <int R, int NV>
-COIL_AVX512 void YBlock(const float* const* ct, const float* h_t, int64_t n_count, int64_t ldh,
-                        const float* e_t, const float* const* coef, const float* x0,
-                        int64_t x_stride, int64_t count, float d, float* const* out) {
-  __m512 acc[R][NV];
-  for (int r = 0; r < R; ++r) {
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  }
-  for (int64_t n = 0; n < n_count; ++n) {
-    const float* row = h_t + n * ldh;
-    __m512 hv[NV];
-    for (int v = 0; v < NV; ++v) hv[v] = _mm512_loadu_ps(row + 16 * v);
-    for (int r = 0; r < R; ++r) {
-      const __m512 cn = _mm512_set1_ps(ct[r][n]);
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(cn, hv[v], acc[r][v]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    const __m512 et = _mm512_set1_ps(e_t[r]);
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_mul_ps(acc[r][v], et);
-  }
-  // s < count is shared by all R rows; row r also takes s = count .. count + r.
-  for (int64_t s = 0; s < count + R - 1; ++s) {
-    const float* xs = x0 + s * x_stride;
-    __m512 xv[NV];
-    for (int v = 0; v < NV; ++v) xv[v] = _mm512_loadu_ps(xs + 16 * v);
-    for (int r = 0; r < R; ++r) {
-      if (s >= count + r) continue;
-      const __m512 cs = _mm512_set1_ps(coef[r][s]);
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(cs, xv[v], acc[r][v]);
-    }
-  }
-  const __m512 dv = _mm512_set1_ps(d);
-  for (int r = 0; r < R; ++r) {
-    const float* xt = x0 + (count - 1 + r) * x_stride;
-    for (int v = 0; v < NV; ++v) {
-      _mm512_storeu_ps(out[r] + 16 * v,
-                       _mm512_fmadd_ps(dv, _mm512_loadu_ps(xt + 16 * v), acc[r][v]));
-    }
-  }
+// The vector forms of the SSD piece's three products (ssd_forms.inc), once for 16-wide
+// AVX-512 registers and once for 8-wide AVX2 ones; both give the same bits.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
+namespace ssd512 {
+using V = __m512;
+constexpr int kLanes = 16;
+inline V VZero() { return _mm512_setzero_ps(); }
+inline V VLoad(const float* p) { return _mm512_loadu_ps(p); }
+inline void VStore(float* p, V v) { _mm512_storeu_ps(p, v); }
+inline V VSet1(float x) { return _mm512_set1_ps(x); }
+inline V VMul(V a, V b) { return _mm512_mul_ps(a, b); }
+inline V VFma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+inline void VStoreFirst(float* p, V v, int64_t count) {
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << count) - 1), v);
 }
+#include "kernels/cpu/ssd_forms.inc"
+}  // namespace ssd512
+#pragma GCC pop_options
 
-// Rows t .. t + R - 1 of y for one head: `count` = t + 1.
-template <int R>
-COIL_AVX512 void YRowsAvx512(const float* const* ct, const float* h_t, int64_t n_count,
-                             int64_t p_count, const float* e_t, const float* const* coef,
-                             const float* x0, int64_t x_stride, int64_t count, float d,
-                             float* const* out) {
-  float* shifted[R];
-  for (int64_t p0 = 0; p0 < p_count;) {
-    const int64_t width = p0 + 64 <= p_count ? 64 : 16;
-    for (int r = 0; r < R; ++r) shifted[r] = out[r] + p0;
-    if (width == 64) {
-      YBlock<R, 4>(ct, h_t + p0, n_count, p_count, e_t, coef, x0 + p0, x_stride, count, d, shifted);
-    } else {
-      YBlock<R, 1>(ct, h_t + p0, n_count, p_count, e_t, coef, x0 + p0, x_stride, count, d, shifted);
-    }
-    p0 += width;
-  }
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace ssd256 {
+using V = __m256;
+constexpr int kLanes = 8;
+inline V VZero() { return _mm256_setzero_ps(); }
+inline V VLoad(const float* p) { return _mm256_loadu_ps(p); }
+inline void VStore(float* p, V v) { _mm256_storeu_ps(p, v); }
+inline V VSet1(float x) { return _mm256_set1_ps(x); }
+inline V VMul(V a, V b) { return _mm256_mul_ps(a, b); }
+inline V VFma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+inline void VStoreFirst(float* p, V v, int64_t count) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), lanes), v);
 }
-
-// h[p + r, n0 .. n0 + 16 NV) = decay h + sum_s (w[s] x[s, p + r]) b[s] for r < R: R rows
-// share the loads of b.
-template <int R, int NV>
-COIL_AVX512 void StateBlock(float* hp, int64_t ldh, float decay, const float* w, const float* x0,
-                            int64_t x_stride, const float* b0, int64_t b_stride, int64_t count) {
-  __m512 acc[R][NV];
-  const __m512 dv = _mm512_set1_ps(decay);
-  for (int r = 0; r < R; ++r) {
-    for (int v = 0; v < NV; ++v)
-      acc[r][v] = _mm512_mul_ps(_mm512_loadu_ps(hp + r * ldh + 16 * v), dv);
-  }
-  for (int64_t s = 0; s < count; ++s) {
-    const float* bs = b0 + s * b_stride;
-    __m512 bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(bs + 16 * v);
-    for (int r = 0; r < R; ++r) {
-      const __m512 cs = _mm512_set1_ps(w[s] * x0[s * x_stride + r]);
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(cs, bv[v], acc[r][v]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(hp + r * ldh + 16 * v, acc[r][v]);
-  }
-}
-
-COIL_AVX512 void StateUpdateAvx512(float* h, int64_t p_count, int64_t n_count, float decay,
-                                   const float* w, const float* x0, int64_t x_stride,
-                                   const float* b0, int64_t b_stride, int64_t count) {
-  for (int64_t p = 0; p < p_count; p += 2) {
-    const bool pair = p + 1 < p_count;
-    int64_t n0 = 0;
-    for (; n0 + 64 <= n_count; n0 += 64) {
-      if (pair) {
-        StateBlock<2, 4>(h + p * n_count + n0, n_count, decay, w, x0 + p, x_stride, b0 + n0,
-                         b_stride, count);
-      } else {
-        StateBlock<1, 4>(h + p * n_count + n0, n_count, decay, w, x0 + p, x_stride, b0 + n0,
-                         b_stride, count);
-      }
-    }
-    for (; n0 < n_count; n0 += 16) {
-      if (pair) {
-        StateBlock<2, 1>(h + p * n_count + n0, n_count, decay, w, x0 + p, x_stride, b0 + n0,
-                         b_stride, count);
-      } else {
-        StateBlock<1, 1>(h + p * n_count + n0, n_count, decay, w, x0 + p, x_stride, b0 + n0,
-                         b_stride, count);
-      }
-    }
-  }
-}
-
-// cb[t, s] = C[t] . B[s] for s in [0, t] (and up to the next multiple of 16 below length),
-// from bt = B transposed, rows padded to ldb (a multiple of 64).
-COIL_AVX512 void CbAvx512(const float* c0, int64_t c_stride, const float* bt, int64_t ldb,
-                          int64_t n_count, int64_t length, float* cb) {
-  for (int64_t t = 0; t < length; ++t) {
-    const float* ct = c0 + t * c_stride;
-    for (int64_t s0 = 0; s0 <= t; s0 += 64) {
-      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                       _mm512_setzero_ps()};
-      for (int64_t n = 0; n < n_count; ++n) {
-        const __m512 cn = _mm512_set1_ps(ct[n]);
-        const float* row = bt + n * ldb + s0;
-        for (int v = 0; v < 4; ++v)
-          acc[v] = _mm512_fmadd_ps(cn, _mm512_loadu_ps(row + 16 * v), acc[v]);
-      }
-      for (int v = 0; v < 4; ++v) {
-        const int64_t first = s0 + 16 * v;
-        if (first >= length) break;
-        const int64_t valid = std::min<int64_t>(16, length - first);
-        _mm512_mask_storeu_ps(cb + t * length + first, static_cast<__mmask16>((1u << valid) - 1),
-                              acc[v]);
-      }
-    }
-  }
-}
+#include "kernels/cpu/ssd_forms.inc"
+}  // namespace ssd256
+#pragma GCC pop_options
 #endif  // __x86_64__
 
 // C B^T for one piece and group, lower triangle (s <= t), as axpys over s.
 void ComputeCb(const Tensor& b, const Tensor& c, int64_t row0, int64_t length, int64_t g,
-               int64_t n_count, float* cb, std::vector<float>& bt, bool avx512) {
+               int64_t n_count, float* cb, std::vector<float>& bt, SsdForm form) {
 #if defined(__x86_64__)
-  if (avx512) {
+  if (form != SsdForm::kPortable) {
     const int64_t ldb = (length + 63) / 64 * 64;
     bt.assign(static_cast<size_t>(n_count * ldb), 0.0f);
     for (int64_t s = 0; s < length; ++s) {
       const float* bs = RowF32(b, row0 + s) + g * n_count;
       for (int64_t n = 0; n < n_count; ++n) bt[n * ldb + s] = bs[n];
     }
-    CbAvx512(RowF32(c, row0) + g * n_count, c.stride(0), bt.data(), ldb, n_count, length, cb);
+    const auto cb_form = form == SsdForm::kAvx512 ? &ssd512::Cb : &ssd256::Cb;
+    cb_form(RowF32(c, row0) + g * n_count, c.stride(0), bt.data(), ldb, n_count, length, cb);
     return;
   }
 #endif
@@ -477,7 +374,7 @@ struct ChunkWorkspace {
 void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor& c, const float* cb,
                const Dims& dims, int64_t head, float a, float d, float bias,
                const SsmScanOptions& options, int64_t row0, int64_t length, float* h,
-               const Tensor& y, ChunkWorkspace& ws, bool avx512) {
+               const Tensor& y, ChunkWorkspace& ws, SsdForm form) {
   const int64_t P = dims.headdim, N = dims.d_state, g = dims.GroupOf(head);
   ws.h_t.resize(static_cast<size_t>(N * P));
   ws.y.resize(static_cast<size_t>(length * P));
@@ -495,7 +392,11 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
     for (int64_t n = 0; n < N; ++n) ws.h_t[n * P + p] = h[p * N + n];
   }
 #if defined(__x86_64__)
-  if (avx512) {
+  if (form != SsdForm::kPortable) {
+    const bool wide = form == SsdForm::kAvx512;
+    const auto y_rows1 = wide ? &ssd512::YRows<1> : &ssd256::YRows<1>;
+    const auto y_rows2 = wide ? &ssd512::YRows<2> : &ssd256::YRows<2>;
+    const auto state_update = wide ? &ssd512::StateUpdate : &ssd256::StateUpdate;
     const float* x0 = RowF32(x, row0) + head * P;
     ws.coef2.resize(static_cast<size_t>(length));
     int64_t t = 0;
@@ -509,7 +410,7 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
                             ExpF(static_cast<float>(ws.cum[t + 1]))};
       const float* coef[2] = {ws.coef.data(), ws.coef2.data()};
       float* out[2] = {RowF32(y, row0 + t) + head * P, RowF32(y, row0 + t + 1) + head * P};
-      YRowsAvx512<2>(ct, ws.h_t.data(), N, P, e_t, coef, x0, x.stride(0), t + 1, d, out);
+      y_rows2(ct, ws.h_t.data(), N, P, e_t, coef, x0, x.stride(0), t + 1, d, out);
     }
     for (; t < length; ++t) {
       DecayCoefficients(cb + t * length, ws.cum.data(), ws.cum[t], ws.dtv.data(), ws.coef.data(),
@@ -518,14 +419,14 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
       const float e_t[1] = {ExpF(static_cast<float>(ws.cum[t]))};
       const float* coef[1] = {ws.coef.data()};
       float* out[1] = {RowF32(y, row0 + t) + head * P};
-      YRowsAvx512<1>(ct, ws.h_t.data(), N, P, e_t, coef, x0, x.stride(0), t + 1, d, out);
+      y_rows1(ct, ws.h_t.data(), N, P, e_t, coef, x0, x.stride(0), t + 1, d, out);
     }
     const double cum_end = ws.cum[length - 1];
     for (int64_t s = 0; s < length; ++s) {
       ws.coef[s] = ExpF(static_cast<float>(cum_end - ws.cum[s])) * ws.dtv[s];
     }
-    StateUpdateAvx512(h, P, N, ExpF(static_cast<float>(cum_end)), ws.coef.data(), x0, x.stride(0),
-                      RowF32(b, row0) + g * N, b.stride(0), length);
+    state_update(h, P, N, ExpF(static_cast<float>(cum_end)), ws.coef.data(), x0, x.stride(0),
+                 RowF32(b, row0) + g * N, b.stride(0), length);
     return;
   }
 #endif
@@ -838,10 +739,12 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
   const int64_t P = dims.headdim, N = dims.d_state, H = dims.heads;
   const int num_seqs = batch.num_seqs();
   // The AVX-512 forms of the SSD piece need whole vectors along headdim and d_state.
-  const bool avx512 = CpuFeatures::Get().avx512 && P % 16 == 0 && N % 16 == 0;
-  // The 8-wide forms, where the CPU has AVX2 and FMA but not AVX-512.
-  [[maybe_unused]] const bool avx2 =
-      !avx512 && CpuFeatures::Get().avx2_fma && P % 16 == 0 && N % 16 == 0;
+  // The vector forms need whole 16-value blocks along headdim and d_state.
+  const CpuFeatures& cpu = CpuFeatures::Get();
+  const SsdForm vector_form = P % 16 != 0 || N % 16 != 0 ? SsdForm::kPortable
+                              : cpu.avx512               ? SsdForm::kAvx512
+                              : cpu.avx2_fma             ? SsdForm::kAvx2
+                                                         : SsdForm::kPortable;
 
   // The bf16 form needs whole tiles along headdim and pairs of 16 along d_state.
   const Bf16Products form = options.bf16_products && !ctx.use_ref && P % 16 == 0 && N % 32 == 0
@@ -914,7 +817,7 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
     for (int64_t item = begin; item < end; ++item) {
       const Piece& piece = pieces[item / dims.groups];
       const int64_t g = item % dims.groups;
-      ComputeCb(b, c, piece.row0, piece.length, g, N, cb + cb_of(piece, g), bt, avx512);
+      ComputeCb(b, c, piece.row0, piece.length, g, N, cb + cb_of(piece, g), bt, vector_form);
     }
   });
 
@@ -951,7 +854,8 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
       const float dh = d.data<float>()[head];
       const float bias = dt_bias.data<float>()[head];
 #if defined(__x86_64__)
-      if ((avx512 || avx2) && !ctx.use_ref && batch.run_length(s) == 1 && slot_state != nullptr) {
+      if (vector_form != SsdForm::kPortable && !ctx.use_ref && batch.run_length(s) == 1 &&
+          slot_state != nullptr) {
         const int64_t t = batch.run_begin(s);
         const float dtv = DtFast(RowF32(dt, t)[head], bias, options);
         const float* xt = RowF32(x, t) + head * P;
@@ -960,6 +864,7 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
         float* yt = RowF32(y, t) + head * P;
         const void* next = item + 1 < end ? state_of(item + 1) : nullptr;
         const float decay = ExpF(a * dtv);
+        const bool avx512 = vector_form == SsdForm::kAvx512;
         if (avx512 && bf16_state) {
           RecurrenceStepAvx512(static_cast<uint16_t*>(slot_state), xt, bt, ct, decay, dtv, dh, P, N,
                                yt, static_cast<const uint16_t*>(next));
@@ -1002,11 +907,11 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
                           dh, bias, options, row0, length, h, y, bf16_ws);
           } else {
             ChunkStep(x, dt, b, c, cb + cb_of(piece, g), dims, head, a, dh, bias, options, row0,
-                      length, h, y, ws, avx512);
+                      length, h, y, ws, vector_form);
           }
 #else
           ChunkStep(x, dt, b, c, cb + cb_of(piece, g), dims, head, a, dh, bias, options, row0,
-                    length, h, y, ws, avx512);
+                    length, h, y, ws, vector_form);
 #endif
         } else {
           for (int64_t t = row0; t < row0 + length; ++t) {
