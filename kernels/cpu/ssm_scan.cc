@@ -312,6 +312,8 @@ inline V VFma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
 inline void VStoreFirst(float* p, V v, int64_t count) {
   _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << count) - 1), v);
 }
+constexpr int kYRows = 2, kYVecs = 4;          // y tile: rows x registers along headdim
+constexpr int kStateRows = 2, kStateVecs = 4;  // state tile: rows x registers along d_state
 #include "kernels/cpu/ssd_forms.inc"
 }  // namespace ssd512
 #pragma GCC pop_options
@@ -331,6 +333,8 @@ inline void VStoreFirst(float* p, V v, int64_t count) {
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), lanes), v);
 }
+constexpr int kYRows = 6, kYVecs = 2;          // y tile: rows x registers along headdim
+constexpr int kStateRows = 6, kStateVecs = 2;  // state tile: rows x registers along d_state
 #include "kernels/cpu/ssd_forms.inc"
 }  // namespace ssd256
 #pragma GCC pop_options
@@ -366,7 +370,8 @@ void ComputeCb(const Tensor& b, const Tensor& c, int64_t row0, int64_t length, i
 }
 
 struct ChunkWorkspace {
-  std::vector<float> h_t, y, dtv, coef, coef2;
+  std::vector<float> h_t, y, dtv, coef;
+  std::vector<float> scratch;  // the vector forms': a y tile's decay coefficients, then w x
   std::vector<double> cum;
 };
 
@@ -394,39 +399,20 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
 #if defined(__x86_64__)
   if (form != SsdForm::kPortable) {
     const bool wide = form == SsdForm::kAvx512;
-    const auto y_rows1 = wide ? &ssd512::YRows<1> : &ssd256::YRows<1>;
-    const auto y_rows2 = wide ? &ssd512::YRows<2> : &ssd256::YRows<2>;
+    const auto y_piece = wide ? &ssd512::YPiece : &ssd256::YPiece;
     const auto state_update = wide ? &ssd512::StateUpdate : &ssd256::StateUpdate;
     const float* x0 = RowF32(x, row0) + head * P;
-    ws.coef2.resize(static_cast<size_t>(length));
-    int64_t t = 0;
-    for (; t + 2 <= length; t += 2) {
-      DecayCoefficients(cb + t * length, ws.cum.data(), ws.cum[t], ws.dtv.data(), ws.coef.data(),
-                        t + 1);
-      DecayCoefficients(cb + (t + 1) * length, ws.cum.data(), ws.cum[t + 1], ws.dtv.data(),
-                        ws.coef2.data(), t + 2);
-      const float* ct[2] = {RowF32(c, row0 + t) + g * N, RowF32(c, row0 + t + 1) + g * N};
-      const float e_t[2] = {ExpF(static_cast<float>(ws.cum[t])),
-                            ExpF(static_cast<float>(ws.cum[t + 1]))};
-      const float* coef[2] = {ws.coef.data(), ws.coef2.data()};
-      float* out[2] = {RowF32(y, row0 + t) + head * P, RowF32(y, row0 + t + 1) + head * P};
-      y_rows2(ct, ws.h_t.data(), N, P, e_t, coef, x0, x.stride(0), t + 1, d, out);
-    }
-    for (; t < length; ++t) {
-      DecayCoefficients(cb + t * length, ws.cum.data(), ws.cum[t], ws.dtv.data(), ws.coef.data(),
-                        t + 1);
-      const float* ct[1] = {RowF32(c, row0 + t) + g * N};
-      const float e_t[1] = {ExpF(static_cast<float>(ws.cum[t]))};
-      const float* coef[1] = {ws.coef.data()};
-      float* out[1] = {RowF32(y, row0 + t) + head * P};
-      y_rows1(ct, ws.h_t.data(), N, P, e_t, coef, x0, x.stride(0), t + 1, d, out);
-    }
+    constexpr int64_t kMaxYRows = std::max(ssd512::kYRows, ssd256::kYRows);
+    ws.scratch.resize(static_cast<size_t>(std::max(kMaxYRows, P) * length));
+    y_piece(RowF32(c, row0) + g * N, c.stride(0), ws.h_t.data(), N, P, cb, ws.cum.data(),
+            ws.dtv.data(), x0, x.stride(0), length, d, RowF32(y, row0) + head * P, y.stride(0),
+            ws.scratch.data());
     const double cum_end = ws.cum[length - 1];
     for (int64_t s = 0; s < length; ++s) {
       ws.coef[s] = ExpF(static_cast<float>(cum_end - ws.cum[s])) * ws.dtv[s];
     }
     state_update(h, P, N, ExpF(static_cast<float>(cum_end)), ws.coef.data(), x0, x.stride(0),
-                 RowF32(b, row0) + g * N, b.stride(0), length);
+                 RowF32(b, row0) + g * N, b.stride(0), length, ws.scratch.data());
     return;
   }
 #endif
