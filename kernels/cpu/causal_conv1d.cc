@@ -24,6 +24,22 @@ COIL_VECTORIZE void ConvRow(const float* const* rows, const float* weight_t, int
   for (int64_t c = 0; c < n; ++c) out[c] = SiluF(out[c]);
 }
 
+// ConvRow for width 4 (Mamba2's d_conv) in one pass: the same sums in the same order, with
+// no partial sums stored between the taps.
+COIL_VECTORIZE void ConvRow4(const float* const* rows, const float* weight_t, int64_t stride_w,
+                             const float* bias, float* out, int64_t n) {
+  const float *in0 = rows[0], *in1 = rows[1], *in2 = rows[2], *in3 = rows[3];
+  const float *w0 = weight_t, *w1 = w0 + stride_w, *w2 = w1 + stride_w, *w3 = w2 + stride_w;
+  for (int64_t c = 0; c < n; ++c) {
+    float acc = bias[c];
+    acc = acc + w0[c] * in0[c];
+    acc = acc + w1[c] * in1[c];
+    acc = acc + w2[c] * in2[c];
+    acc = acc + w3[c] * in3[c];
+    out[c] = SiluF(acc);
+  }
+}
+
 }  // namespace
 
 void CpuCausalConv1d(const CpuContext& ctx, const Tensor& x, const Tensor& weight,
@@ -36,10 +52,11 @@ void CpuCausalConv1d(const CpuContext& ctx, const Tensor& x, const Tensor& weigh
   // Taps laid out [W, C] so the inner loops run over channels.
   std::vector<float> weight_t(static_cast<size_t>(width * channels));
   for (int64_t c = 0; c < channels; ++c) {
-    for (int k = 0; k < width; ++k) weight_t[k * channels + c] = weight.data<float>()[c * width + k];
+    for (int k = 0; k < width; ++k)
+      weight_t[k * channels + c] = weight.data<float>()[c * width + k];
   }
   const float* bias_p = bias.data<float>();
-  constexpr int64_t kBlock = 256;  // channels per task: taps and history stay in L1
+  constexpr int64_t kBlock = 128;  // channels per task: taps and history stay in L1
   ctx.pool->ParallelFor(channels, kBlock, [&](int64_t c_begin, int64_t c_end) {
     std::vector<float> history(static_cast<size_t>(hist * kBlock));
     std::vector<const float*> rows(width);
@@ -72,6 +89,9 @@ void CpuCausalConv1d(const CpuContext& ctx, const Tensor& x, const Tensor& weigh
               }
               o[c] = acc / (1.0f + std::exp(-acc));
             }
+          } else if (width == 4) {
+            ConvRow4(rows.data(), weight_t.data() + c0, channels, bias_p + c0,
+                     RowF32(out, begin + t) + c0, n);
           } else {
             ConvRow(rows.data(), weight_t.data() + c0, channels, width, bias_p + c0,
                     RowF32(out, begin + t) + c0, n);
