@@ -69,10 +69,13 @@ void ApplyRow(bool use_ref, const float* gr, const float* sr, const float* w, in
   }
 }
 
+COIL_VECTORIZE void NarrowRow(const float* row, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(row[i]);
+}
+
 // `row` (f32) into row t of a bf16 `out`.
 void StoreBf16Row(const float* row, const Tensor& out, int64_t t, int64_t width) {
-  uint16_t* ob = RowBf16(out, t);
-  for (int64_t i = 0; i < width; ++i) ob[i] = FloatToBf16(row[i]);
+  NarrowRow(row, RowBf16(out, t), width);
 }
 
 }  // namespace
