@@ -375,10 +375,12 @@ struct ChunkWorkspace {
   std::vector<double> cum;
 };
 
-// One SSD piece for one head: writes y rows [row0, row0 + length) and advances h.
+// One SSD piece for one head: writes y rows [row0, row0 + length) and advances h. With
+// `no_prior` (h is a fresh sequence's zero state) the off-chunk part is left out, as
+// mamba_ssm leaves it out without initial states: each of its sums would stay +0.
 void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor& c, const float* cb,
                const Dims& dims, int64_t head, float a, float d, float bias,
-               const SsmScanOptions& options, int64_t row0, int64_t length, float* h,
+               const SsmScanOptions& options, int64_t row0, int64_t length, float* h, bool no_prior,
                const Tensor& y, ChunkWorkspace& ws, SsdForm form) {
   const int64_t P = dims.headdim, N = dims.d_state, g = dims.GroupOf(head);
   ws.h_t.resize(static_cast<size_t>(N * P));
@@ -393,8 +395,9 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
     ws.cum[s] = cum;
   }
   // Off-chunk part: y[t] = exp(cum[t]) * (h_prev C[t]), as axpys over p with h transposed.
+  const int64_t n_prior = no_prior ? 0 : N;
   for (int64_t p = 0; p < P; ++p) {
-    for (int64_t n = 0; n < N; ++n) ws.h_t[n * P + p] = h[p * N + n];
+    for (int64_t n = 0; n < n_prior; ++n) ws.h_t[n * P + p] = h[p * N + n];
   }
 #if defined(__x86_64__)
   if (form != SsdForm::kPortable) {
@@ -404,7 +407,7 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
     const float* x0 = RowF32(x, row0) + head * P;
     constexpr int64_t kMaxYRows = std::max(ssd512::kYRows, ssd256::kYRows);
     ws.scratch.resize(static_cast<size_t>(std::max(kMaxYRows, P) * length));
-    y_piece(RowF32(c, row0) + g * N, c.stride(0), ws.h_t.data(), N, P, cb, ws.cum.data(),
+    y_piece(RowF32(c, row0) + g * N, c.stride(0), ws.h_t.data(), n_prior, P, cb, ws.cum.data(),
             ws.dtv.data(), x0, x.stride(0), length, d, RowF32(y, row0) + head * P, y.stride(0),
             ws.scratch.data());
     const double cum_end = ws.cum[length - 1];
@@ -420,7 +423,7 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
     float* yt = ws.y.data() + t * P;
     std::memset(yt, 0, sizeof(float) * P);
     const float* ct = RowF32(c, row0 + t) + g * N;
-    for (int64_t n = 0; n < N; ++n) Axpy(ct[n], ws.h_t.data() + n * P, yt, P);
+    for (int64_t n = 0; n < n_prior; ++n) Axpy(ct[n], ws.h_t.data() + n * P, yt, P);
     ScaleInPlace(ExpF(static_cast<float>(ws.cum[t])), yt, P);
     // Intra-chunk part, s = 0..t in order.
     DecayCoefficients(cb + t * length, ws.cum.data(), ws.cum[t], ws.dtv.data(), ws.coef.data(),
@@ -883,6 +886,8 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
       // must be rounded at the chunk boundaries.
       const int64_t piece_chunk =
           ctx.use_ref && !bf16_state ? int64_t{1} << 40 : options.chunk_size;
+      // A fresh sequence (or the scratch row) starts from zeros, until its first piece.
+      bool zero_state = slot_state == nullptr || batch.fresh[s] != 0;
       ForEachPiece(batch, s, piece_chunk, [&](int64_t row0, int64_t length) {
         if (!ctx.use_ref && length >= 2) {
           const Piece& piece = pieces[piece_index++];
@@ -893,11 +898,11 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
                           dh, bias, options, row0, length, h, y, bf16_ws);
           } else {
             ChunkStep(x, dt, b, c, cb + cb_of(piece, g), dims, head, a, dh, bias, options, row0,
-                      length, h, y, ws, vector_form);
+                      length, h, zero_state, y, ws, vector_form);
           }
 #else
           ChunkStep(x, dt, b, c, cb + cb_of(piece, g), dims, head, a, dh, bias, options, row0,
-                    length, h, y, ws, vector_form);
+                    length, h, zero_state, y, ws, vector_form);
 #endif
         } else {
           for (int64_t t = row0; t < row0 + length; ++t) {
@@ -916,6 +921,7 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
           }
         }
         if (bf16_state) RoundToBf16(h, P * N);
+        zero_state = false;
       });
       if (bf16_state && slot_state != nullptr) {
         NarrowToBf16(h, static_cast<uint16_t*>(slot_state), P * N);
