@@ -128,6 +128,56 @@ COIL_VECTORIZE void DecayCoefficients(const float* cb, const double* cum, double
   }
 }
 
+// w[s] = exp(cum_r - cum[s]) * dtv[s] for s in [0, n).
+COIL_VECTORIZE void DecayWeights(const double* cum, double cum_r, const float* dtv, float* w,
+                                 int64_t n) {
+  for (int64_t s = 0; s < n; ++s) w[s] = ExpF(static_cast<float>(cum_r - cum[s])) * dtv[s];
+}
+
+// coef[s] = cb[s] * (f * w[s]) for s in [0, n).
+COIL_VECTORIZE void ScaledCoefficients(const float* cb, float f, const float* w, float* coef,
+                                       int64_t n) {
+  for (int64_t s = 0; s < n; ++s) coef[s] = cb[s] * (f * w[s]);
+}
+
+// The intra-chunk coefficients of an SSD piece's rows, coef_t[s] = cb[t, s] exp(cum_t - cum_s)
+// dt_s for s <= t, which every fp32 form takes from here. The exps are factored per block of
+// kBlock rows: for s before the block's first row r, exp(cum_t - cum_s) = exp(cum_t - cum_r)
+// exp(cum_r - cum_s), both factors at most 1, and the second (times dt_s) is taken once for
+// the block's rows; from r on they are taken directly. A piece of L rows takes about
+// L^2 / (2 kBlock) + kBlock L / 2 exps instead of L^2 / 2 (5,120 instead of 32,896 at 256).
+class DecayRows {
+ public:
+  static constexpr int64_t kBlock = 16;
+
+  // cb: the piece's C B^T ([length][length]); cum, dtv: per row. `weights` is scratch.
+  DecayRows(const float* cb, int64_t length, const double* cum, const float* dtv,
+            std::vector<float>& weights)
+      : cb_(cb), length_(length), cum_(cum), dtv_(dtv), weights_(weights) {
+    weights_.resize(static_cast<size_t>(length));
+  }
+
+  // Row t's t + 1 coefficients into coef. Rows are asked for in ascending order.
+  void Row(int64_t t, float* coef) {
+    const int64_t r = t / kBlock * kBlock;
+    if (r != block_) {
+      DecayWeights(cum_, cum_[r], dtv_, weights_.data(), r);
+      block_ = r;
+    }
+    const float* cb_t = cb_ + t * length_;
+    ScaledCoefficients(cb_t, ExpF(static_cast<float>(cum_[t] - cum_[r])), weights_.data(), coef, r);
+    DecayCoefficients(cb_t + r, cum_ + r, cum_[t], dtv_ + r, coef + r, t + 1 - r);
+  }
+
+ private:
+  const float* cb_;
+  int64_t length_;
+  const double* cum_;
+  const float* dtv_;
+  std::vector<float>& weights_;
+  int64_t block_ = -1;
+};
+
 #if defined(__x86_64__)
 #define COIL_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 
@@ -372,6 +422,7 @@ void ComputeCb(const Tensor& b, const Tensor& c, int64_t row0, int64_t length, i
 struct ChunkWorkspace {
   std::vector<float> h_t, y, dtv, coef;
   std::vector<float> scratch;  // the vector forms': a y tile's decay coefficients, then w x
+  std::vector<float> weights;  // DecayRows
   std::vector<double> cum;
 };
 
@@ -396,6 +447,7 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
   }
   // Off-chunk part: y[t] = exp(cum[t]) * (h_prev C[t]), as axpys over p with h transposed.
   const int64_t n_prior = no_prior ? 0 : N;
+  DecayRows decay(cb, length, ws.cum.data(), ws.dtv.data(), ws.weights);
   for (int64_t p = 0; p < P; ++p) {
     for (int64_t n = 0; n < n_prior; ++n) ws.h_t[n * P + p] = h[p * N + n];
   }
@@ -407,9 +459,8 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
     const float* x0 = RowF32(x, row0) + head * P;
     constexpr int64_t kMaxYRows = std::max(ssd512::kYRows, ssd256::kYRows);
     ws.scratch.resize(static_cast<size_t>(std::max(kMaxYRows, P) * length));
-    y_piece(RowF32(c, row0) + g * N, c.stride(0), ws.h_t.data(), n_prior, P, cb, ws.cum.data(),
-            ws.dtv.data(), x0, x.stride(0), length, d, RowF32(y, row0) + head * P, y.stride(0),
-            ws.scratch.data());
+    y_piece(RowF32(c, row0) + g * N, c.stride(0), ws.h_t.data(), n_prior, P, decay, ws.cum.data(),
+            x0, x.stride(0), length, d, RowF32(y, row0) + head * P, y.stride(0), ws.scratch.data());
     const double cum_end = ws.cum[length - 1];
     for (int64_t s = 0; s < length; ++s) {
       ws.coef[s] = ExpF(static_cast<float>(cum_end - ws.cum[s])) * ws.dtv[s];
@@ -426,8 +477,7 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
     for (int64_t n = 0; n < n_prior; ++n) Axpy(ct[n], ws.h_t.data() + n * P, yt, P);
     ScaleInPlace(ExpF(static_cast<float>(ws.cum[t])), yt, P);
     // Intra-chunk part, s = 0..t in order.
-    DecayCoefficients(cb + t * length, ws.cum.data(), ws.cum[t], ws.dtv.data(), ws.coef.data(),
-                      t + 1);
+    decay.Row(t, ws.coef.data());
     for (int64_t s = 0; s <= t; ++s) Axpy(ws.coef[s], RowF32(x, row0 + s) + head * P, yt, P);
     const float* xt = RowF32(x, row0 + t) + head * P;
     float* out = RowF32(y, row0 + t) + head * P;
