@@ -61,10 +61,7 @@ void CpuAddRmsNorm(const CpuContext& ctx, const Tensor& x, const Tensor& weight,
         const float scale = 1.0f / std::sqrt(sum / static_cast<float>(width) + eps);
         Scale(r, w, scale, o, width);
       }
-      if (bf16_out) {
-        uint16_t* ob = RowBf16(out, t);
-        for (int64_t i = 0; i < width; ++i) ob[i] = FloatToBf16(o[i]);
-      }
+      if (bf16_out) NarrowToBf16(o, RowBf16(out, t), width);
     }
   });
 }

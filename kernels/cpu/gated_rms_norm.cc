@@ -69,13 +69,9 @@ void ApplyRow(bool use_ref, const float* gr, const float* sr, const float* w, in
   }
 }
 
-COIL_VECTORIZE void NarrowRow(const float* row, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(row[i]);
-}
-
 // `row` (f32) into row t of a bf16 `out`.
 void StoreBf16Row(const float* row, const Tensor& out, int64_t t, int64_t width) {
-  NarrowRow(row, RowBf16(out, t), width);
+  NarrowToBf16(row, RowBf16(out, t), width);
 }
 
 }  // namespace

@@ -7,13 +7,6 @@
 #include "kernels/cpu/vec_math.h"
 
 namespace coil {
-namespace {
-
-COIL_VECTORIZE void RoundRow(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(src[i]);
-}
-
-}  // namespace
 
 void CpuKvCacheWrite(const CpuContext& ctx, const Tensor& k, const Tensor& v,
                      const PagedKvBatch& batch, const Tensor& k_cache, const Tensor& v_cache) {
@@ -30,7 +23,7 @@ void CpuKvCacheWrite(const CpuContext& ctx, const Tensor& k, const Tensor& v,
            {std::pair<const Tensor*, const Tensor*>{&k, &k_cache}, {&v, &v_cache}}) {
         char* dst = static_cast<char*>(cache->raw()) + slot * width * elem;
         if (bf16) {
-          RoundRow(RowF32(*src, t), reinterpret_cast<uint16_t*>(dst), width);
+          NarrowToBf16(RowF32(*src, t), reinterpret_cast<uint16_t*>(dst), width);
         } else {
           std::memcpy(dst, RowF32(*src, t), width * sizeof(float));
         }

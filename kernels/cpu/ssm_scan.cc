@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -100,13 +101,10 @@ void RecurrenceStepRef(float* h, const float* x, const float* b, const float* c,
   }
 }
 
-// A bf16 state row widened to fp32, narrowed back (rounded to nearest even), and fp32
-// values rounded to bf16 in place.
+// A bf16 state row widened to fp32 (NarrowToBf16 rounds it back, to nearest even), and
+// fp32 values rounded to bf16 in place.
 COIL_VECTORIZE void WidenBf16(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(src[i]);
-}
-COIL_VECTORIZE void NarrowToBf16(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(src[i]);
 }
 COIL_VECTORIZE void RoundToBf16(float* h, int64_t n) {
   for (int64_t i = 0; i < n; ++i) h[i] = Bf16ToFloat(FloatToBf16(h[i]));
@@ -445,9 +443,9 @@ void ChunkStep(const Tensor& x, const Tensor& dt, const Tensor& b, const Tensor&
     cum += static_cast<double>(a * ws.dtv[s]);
     ws.cum[s] = cum;
   }
+  DecayRows decay(cb, length, ws.cum.data(), ws.dtv.data(), ws.weights);
   // Off-chunk part: y[t] = exp(cum[t]) * (h_prev C[t]), as axpys over p with h transposed.
   const int64_t n_prior = no_prior ? 0 : N;
-  DecayRows decay(cb, length, ws.cum.data(), ws.dtv.data(), ws.weights);
   for (int64_t p = 0; p < P; ++p) {
     for (int64_t n = 0; n < n_prior; ++n) ws.h_t[n * P + p] = h[p * N + n];
   }

@@ -109,6 +109,9 @@ inline float FoldLanes16(const float* lanes) {
   return c[0] + c[1];
 }
 
+// dst[i] = FloatToBf16(src[i]) for i in [0, n), vectorized (vec_math.cc).
+void NarrowToBf16(const float* src, uint16_t* dst, int64_t n);
+
 }  // namespace coil
 
 #endif  // COIL_KERNELS_CPU_VEC_MATH_H_
