@@ -656,6 +656,205 @@ constexpr SplitTileFn kSplitTiles[kMrS][kNrS] = {COIL_ROW_SPLIT(1), COIL_ROW_SPL
                                                  COIL_ROW_SPLIT(3)};
 #undef COIL_ROW_SPLIT
 
+// ---------------------------------------------------------------- AVX2, long rows
+// Past about 1,000 columns a split tile's four W rows and three x rows (28 x K bytes) no
+// longer fit L1 beside each other, and the tiles wait on L2 (docs/kernels.md). For such K
+// the lane-major form computes the same 16 lane partials of every element one lane at a
+// time: lane l's partial is the FMA chain over k = l, l + 16, ... in ascending order from
+// zero, as in the split tiles. Its register tile is 6 x rows by 16 W rows (12 registers,
+// each 8 W rows of one x row): a step broadcasts 6 x values and loads 16 W values, both of
+// lane l at one k, so x streams at 4 bytes a cycle from L2 and the lane's W panel (16 rows x
+// K / 16) stays in L1. The lanes go in FoldLanes16's tree order (kLaneOrder, 4-bit reversed),
+// and each finished lane adds into a stack of partial tiles, one slot per tree level, so the
+// fold pairs the same partials: the sums are the split tiles' bit for bit.
+constexpr int kLaneMr = 6;                  // x rows per register tile
+constexpr int kLaneNr = 16;                 // W rows per panel and per register tile
+constexpr int64_t kLaneMinK = 1024;         // from this padded K on, the lane-major form
+constexpr int64_t kLaneTilesPerBlock = 48;  // x tiles per block: a lane of it stays in L2
+constexpr int kLaneOrder[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+// The tree levels lane kLaneOrder[j] completes: the trailing ones of j (4: the whole sum).
+constexpr int kLaneLevels[16] = {0, 1, 0, 2, 0, 1, 0, 3, 0, 1, 0, 2, 0, 1, 0, 4};
+constexpr int kLaneTileFloats = kLaneMr * kLaneNr;
+
+// The x rows in tiles of kLaneMr rows, and the tiles in blocks of per_block (the last one
+// shorter), each block packed lane-major: [lane][tile in the block][k / 16][row of 6]. The
+// rows past M are zeros.
+struct LaneBlocks {
+  LaneBlocks(int64_t m_count, int64_t ldx)
+      : kq(ldx / 16), tiles((m_count + kLaneMr - 1) / kLaneMr) {
+    const int64_t blocks = (tiles + kLaneTilesPerBlock - 1) / kLaneTilesPerBlock;
+    per_block = (tiles + blocks - 1) / blocks;
+  }
+  int64_t Begin(int64_t t) const { return t / per_block * per_block; }
+  int64_t Count(int64_t t0) const { return std::min(per_block, tiles - t0); }
+  int64_t kq, tiles, per_block;
+};
+
+// Scatters row m (its values zero-padded to 16 * kq) into the lane-major blocks at xq.
+void PackLaneRow(const float* row, int64_t m, const LaneBlocks& lb, float* xq) {
+  const int64_t t = m / kLaneMr, t0 = lb.Begin(t), kq = lb.kq;
+  const int64_t lane_stride = lb.Count(t0) * kq * kLaneMr;
+  float* dst = xq + t0 * kLaneMr * 16 * kq + (t - t0) * kq * kLaneMr + m % kLaneMr;
+  for (int64_t q = 0; q < kq; ++q) {
+    for (int l = 0; l < 16; ++l) dst[l * lane_stride + q * kLaneMr] = row[16 * q + l];
+  }
+}
+
+// v[r][c] becomes v[c][r] for 8 x 8 floats.
+COIL_AVX2 inline void Transpose8x8(__m256 v[8]) {
+  __m256 t[8], s[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    s[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+    v[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+  }
+}
+
+// W rows [n0, n0 + nr) widened into the lane-major panel [lane][k / 16][16 rows]; rows from
+// nr on and columns from K on are zeros.
+template <DType WT>
+COIL_AVX2 void PackLanePanel(const void* w, int64_t k_count, int64_t n0, int nr, int64_t kq,
+                             float* wp) {
+  using Elem = std::conditional_t<WT == DType::kF32, float, uint16_t>;
+  const int64_t whole = k_count / 16;
+  for (int rh = 0; rh < 2; ++rh) {
+    const Elem* rows[8];
+    for (int r = 0; r < 8; ++r) {
+      rows[r] =
+          8 * rh + r < nr ? static_cast<const Elem*>(w) + (n0 + 8 * rh + r) * k_count : nullptr;
+    }
+    for (int64_t q = 0; q < whole; ++q) {
+      for (int lh = 0; lh < 2; ++lh) {
+        __m256 v[8];
+        for (int r = 0; r < 8; ++r) {
+          v[r] = rows[r] != nullptr ? LoadW8<WT>(rows[r], 16 * q + 8 * lh) : _mm256_setzero_ps();
+        }
+        Transpose8x8(v);
+        for (int l = 0; l < 8; ++l) {
+          _mm256_storeu_ps(wp + ((8 * lh + l) * kq + q) * kLaneNr + 8 * rh, v[l]);
+        }
+      }
+    }
+  }
+  for (int64_t q = whole; q < kq; ++q) {  // the zero-padded tail
+    for (int l = 0; l < 16; ++l) {
+      for (int r = 0; r < kLaneNr; ++r) {
+        float value = 0.0f;
+        if (r < nr && 16 * q + l < k_count) {
+          const Elem e = static_cast<const Elem*>(w)[(n0 + r) * k_count + 16 * q + l];
+          if constexpr (WT == DType::kF32) {
+            value = e;
+          } else if constexpr (WT == DType::kF16) {
+            value = F16ToFloat(e);
+          } else {
+            value = Bf16ToFloat(e);
+          }
+        }
+        wp[(l * kq + q) * kLaneNr + r] = value;
+      }
+    }
+  }
+}
+
+#define COIL_LANE_TILE(OP)                                                                  \
+  OP(0, 0)                                                                                  \
+  OP(0, 1) OP(1, 0) OP(1, 1) OP(2, 0) OP(2, 1) OP(3, 0) OP(3, 1) OP(4, 0) OP(4, 1) OP(5, 0) \
+      OP(5, 1)
+#define COIL_LANE_ZERO(i, v) __m256 c##i##v = _mm256_setzero_ps();
+#define COIL_LANE_ADD(i, v) \
+  c##i##v = _mm256_add_ps(_mm256_loadu_ps(s + i * kLaneNr + 8 * v), c##i##v);
+#define COIL_LANE_STORE(i, v) _mm256_storeu_ps(s + i * kLaneNr + 8 * v, c##i##v);
+#define COIL_LANE_STORE_Y(i, v) _mm256_storeu_ps(y + i * ldy + 8 * v, c##i##v);
+#define COIL_LANE_ROW(i)                                  \
+  {                                                       \
+    const __m256 xb = _mm256_broadcast_ss(x + 6 * q + i); \
+    c##i##0 = _mm256_fmadd_ps(xb, w0, c##i##0);           \
+    c##i##1 = _mm256_fmadd_ps(xb, w1, c##i##1);           \
+  }
+
+// One lane of a 6 x 16 tile: x is the tile's lane block [k / 16][6], w the panel's
+// [k / 16][16]. The lane's partials then fold with the first `kLevels` slots of the stack
+// (the partner subtrees the tree order finished before it); the result waits in slot
+// kLevels, or, after the last lane, is the tile's y (mr x nr of it).
+template <int kLevels>
+COIL_AVX2 void LaneTile(const float* x, const float* w, int64_t kq, float* slots, float* y,
+                        int64_t ldy, int mr, int nr) {
+  COIL_LANE_TILE(COIL_LANE_ZERO)
+  for (int64_t q = 0; q < kq; ++q) {
+    const __m256 w0 = _mm256_loadu_ps(w + kLaneNr * q);
+    const __m256 w1 = _mm256_loadu_ps(w + kLaneNr * q + 8);
+    COIL_LANE_ROW(0)
+    COIL_LANE_ROW(1) COIL_LANE_ROW(2) COIL_LANE_ROW(3) COIL_LANE_ROW(4) COIL_LANE_ROW(5)
+  }
+  for (int level = 0; level < kLevels; ++level) {
+    const float* s = slots + level * kLaneTileFloats;
+    COIL_LANE_TILE(COIL_LANE_ADD)
+  }
+  if constexpr (kLevels < 4) {
+    float* s = slots + kLevels * kLaneTileFloats;
+    COIL_LANE_TILE(COIL_LANE_STORE)
+  } else if (mr == kLaneMr && nr == kLaneNr) {
+    COIL_LANE_TILE(COIL_LANE_STORE_Y)
+  } else {
+    alignas(32) float tile[kLaneTileFloats];
+    float* s = tile;
+    COIL_LANE_TILE(COIL_LANE_STORE)
+    for (int i = 0; i < mr; ++i) std::memcpy(y + i * ldy, tile + i * kLaneNr, sizeof(float) * nr);
+  }
+}
+#undef COIL_LANE_ROW
+#undef COIL_LANE_STORE_Y
+#undef COIL_LANE_STORE
+#undef COIL_LANE_ADD
+#undef COIL_LANE_ZERO
+#undef COIL_LANE_TILE
+
+using LaneTileFn = void (*)(const float*, const float*, int64_t, float*, float*, int64_t, int, int);
+constexpr LaneTileFn kLaneTiles[5] = {&LaneTile<0>, &LaneTile<1>, &LaneTile<2>, &LaneTile<3>,
+                                      &LaneTile<4>};
+
+// y rows [0, M) x columns [n_begin, n_end) from the lane-major x blocks: per block of x
+// tiles and panel of 16 W rows, the panel is packed once and every lane sweeps the block.
+template <DType WT>
+void MatmulLaneRange(const float* xq, const LaneBlocks& lb, int64_t m_count, const void* w,
+                     int64_t k_count, const Tensor& y, int64_t n_begin, int64_t n_end) {
+  const int64_t kq = lb.kq, ldy = y.stride(0);
+  thread_local std::vector<float> storage;
+  const size_t panel_floats = static_cast<size_t>(16 * kq * kLaneNr);
+  const size_t need = panel_floats + static_cast<size_t>(lb.per_block * 4 * kLaneTileFloats);
+  if (storage.size() < need) storage.resize(need);
+  float* const panel = storage.data();
+  float* const slots = panel + panel_floats;
+  for (int64_t t0 = 0; t0 < lb.tiles; t0 += lb.per_block) {
+    const int64_t count = lb.Count(t0);
+    const float* block = xq + t0 * kLaneMr * 16 * kq;
+    for (int64_t n = n_begin; n < n_end; n += kLaneNr) {
+      const int nr = static_cast<int>(std::min<int64_t>(kLaneNr, n_end - n));
+      PackLanePanel<WT>(w, k_count, n, nr, kq, panel);
+      for (int j = 0; j < 16; ++j) {
+        const int lane = kLaneOrder[j];
+        const LaneTileFn tile = kLaneTiles[kLaneLevels[j]];
+        const float* xl = block + lane * count * kq * kLaneMr;
+        for (int64_t t = 0; t < count; ++t) {
+          const int64_t m = (t0 + t) * kLaneMr;
+          const int mr = static_cast<int>(std::min<int64_t>(kLaneMr, m_count - m));
+          tile(xl + t * kq * kLaneMr, panel + lane * kq * kLaneNr, kq,
+               slots + t * 4 * kLaneTileFloats, RowF32(y, m) + n, ldy, mr, nr);
+        }
+      }
+    }
+  }
+}
+
 // y rows [0, M) x columns [n_begin, n_end). Few rows stream W straight into the tiles (x
 // packed plainly in xp); more rows widen kNrS W rows at a time into a split fp32 panel (L1)
 // and sweep a block of split x rows (xs, L2) over it, so each W row is widened once per
@@ -711,7 +910,9 @@ void MatmulAvx2(const CpuContext& ctx, const Tensor& x, const Tensor& w, const T
   const int64_t m_count = x.dim(0), n_count = w.dim(0), k_count = w.dim(1);
   const int64_t ldx = (k_count + 15) / 16 * 16;
   const bool split = m_count >= kPanelMinRows;
-  AlignedArray<float> xp(m_count * ldx);
+  const bool lanes = split && ldx >= kLaneMinK;
+  const LaneBlocks lb(m_count, ldx);
+  AlignedArray<float> xp(lanes ? lb.tiles * kLaneMr * ldx : m_count * ldx);
   ctx.pool->ParallelFor(m_count, 1, [&](int64_t begin, int64_t end) {
     float* row = split ? RowScratch(ldx) : nullptr;
     for (int64_t m = begin; m < end; ++m) {
@@ -721,15 +922,32 @@ void MatmulAvx2(const CpuContext& ctx, const Tensor& x, const Tensor& w, const T
       } else {
         std::memcpy(dst, RowF32(x, m), sizeof(float) * k_count);
       }
-      if (split) {
-        std::fill(row + k_count, row + ldx, 0.0f);
+      if (split) std::fill(row + k_count, row + ldx, 0.0f);
+      if (lanes) {
+        PackLaneRow(row, m, lb, xp.get());
+      } else if (split) {
         SplitHalves(row, ldx, xp.get() + m * ldx);
       }
     }
   });
+  const void* wp = w.raw();
+  if (lanes) {
+    ctx.pool->ParallelFor(n_count, kLaneNr, [&](int64_t n_begin, int64_t n_end) {
+      switch (w.dtype()) {
+        case DType::kBF16:
+          MatmulLaneRange<DType::kBF16>(xp.get(), lb, m_count, wp, k_count, y, n_begin, n_end);
+          break;
+        case DType::kF16:
+          MatmulLaneRange<DType::kF16>(xp.get(), lb, m_count, wp, k_count, y, n_begin, n_end);
+          break;
+        default:
+          MatmulLaneRange<DType::kF32>(xp.get(), lb, m_count, wp, k_count, y, n_begin, n_end);
+      }
+    });
+    return;
+  }
   const float* plain = split ? nullptr : xp.get();
   const float* halves = split ? xp.get() : nullptr;
-  const void* wp = w.raw();
   ctx.pool->ParallelFor(n_count, kGrain2, [&](int64_t n_begin, int64_t n_end) {
     switch (w.dtype()) {
       case DType::kBF16:

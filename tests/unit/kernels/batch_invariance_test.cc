@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -109,18 +110,22 @@ class BatchInvarianceTest : public ::testing::TestWithParam<Target> {
 };
 
 TEST_P(BatchInvarianceTest, Matmul) {
-  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-    SCOPED_TRACE(DTypeName(dtype));
-    const int64_t n = 203, k = 190;  // tails in both tile dimensions and in k
-    std::mt19937_64 rng(1);
-    const std::vector<uint8_t> w = testing::Encode(testing::RandomFloats(rng, n * k), dtype);
-    ExpectRowsInvariant(k, n, [&](Backend& b, int64_t rows, const std::vector<float>& in) {
-      Mem x(b, in), wm(b, w), y(b, std::vector<float>(rows * n));
-      const absl::Status s = b.Matmul(
-          x.F32({rows, k}), Tensor(wm.data(), dtype, {n, k}, b.device()), y.F32({rows, n}));
-      EXPECT_TRUE(s.ok()) << s;
-      return y.Read<float>();
-    });
+  // Tails in both tile dimensions and in k; then, on the CPU, rows long enough for its
+  // lane-major form (K from 1024 on AVX2).
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{203, 190}, {37, 1100}}) {
+    if (k > 1024 && GetParam().kind != BackendKind::kCpu) continue;
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " N=", n, " K=", k));
+      std::mt19937_64 rng(1);
+      const std::vector<uint8_t> w = testing::Encode(testing::RandomFloats(rng, n * k), dtype);
+      ExpectRowsInvariant(k, n, [&](Backend& b, int64_t rows, const std::vector<float>& in) {
+        Mem x(b, in), wm(b, w), y(b, std::vector<float>(rows * n));
+        const absl::Status s = b.Matmul(
+            x.F32({rows, k}), Tensor(wm.data(), dtype, {n, k}, b.device()), y.F32({rows, n}));
+        EXPECT_TRUE(s.ok()) << s;
+        return y.Read<float>();
+      });
+    }
   }
   // On CUDA each of the three shapes reports the algorithm pinned for it, tuned for the
   // target's M; the CPU has nothing to report.
