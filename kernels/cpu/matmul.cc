@@ -834,17 +834,29 @@ void MatmulLaneRange(const float* xq, const LaneBlocks& lb, int64_t m_count, con
   if (storage.size() < need) storage.resize(need);
   float* const panel = storage.data();
   float* const slots = panel + panel_floats;
+  const int64_t elem = WT == DType::kF32 ? 4 : 2;
+  const char* wb = static_cast<const char*>(w);
   for (int64_t t0 = 0; t0 < lb.tiles; t0 += lb.per_block) {
     const int64_t count = lb.Count(t0);
     const float* block = xq + t0 * kLaneMr * 16 * kq;
     for (int64_t n = n_begin; n < n_end; n += kLaneNr) {
       const int nr = static_cast<int>(std::min<int64_t>(kLaneNr, n_end - n));
       PackLanePanel<WT>(w, k_count, n, nr, kq, panel);
+      // The next panel's W rows are prefetched a share per tile call, so that packing it
+      // finds them in the cache (in the model they come from memory).
+      const int64_t next_rows = std::min<int64_t>(kLaneNr, n_end - n - nr);
+      const int64_t lines = next_rows > 0 ? (next_rows * k_count * elem + 63) / 64 : 0;
+      const char* next = wb + (n + nr) * k_count * elem;
+      const int64_t calls = 16 * count;
       for (int j = 0; j < 16; ++j) {
         const int lane = kLaneOrder[j];
         const LaneTileFn tile = kLaneTiles[kLaneLevels[j]];
         const float* xl = block + lane * count * kq * kLaneMr;
         for (int64_t t = 0; t < count; ++t) {
+          const int64_t call = j * count + t;
+          for (int64_t line = call * lines / calls; line < (call + 1) * lines / calls; ++line) {
+            _mm_prefetch(next + 64 * line, _MM_HINT_T0);
+          }
           const int64_t m = (t0 + t) * kLaneMr;
           const int mr = static_cast<int>(std::min<int64_t>(kLaneMr, m_count - m));
           tile(xl + t * kq * kLaneMr, panel + lane * kq * kLaneNr, kq,
