@@ -728,15 +728,23 @@ COIL_AVX2 void PackLanePanel(const void* w, int64_t k_count, int64_t n0, int nr,
   const int64_t whole = k_count / 16;
   for (int rh = 0; rh < 2; ++rh) {
     const Elem* rows[8];
+    Elem tails[8][16] = {};  // each row's last partial 16-block, zero-padded
     for (int r = 0; r < 8; ++r) {
-      rows[r] =
-          8 * rh + r < nr ? static_cast<const Elem*>(w) + (n0 + 8 * rh + r) * k_count : nullptr;
+      const int64_t n = 8 * rh + r;
+      rows[r] = n < nr ? static_cast<const Elem*>(w) + (n0 + n) * k_count : nullptr;
+      if (rows[r] != nullptr && whole < kq) {
+        std::memcpy(tails[r], rows[r] + 16 * whole, sizeof(Elem) * (k_count - 16 * whole));
+      }
     }
-    for (int64_t q = 0; q < whole; ++q) {
+    for (int64_t q = 0; q < kq; ++q) {
       for (int lh = 0; lh < 2; ++lh) {
         __m256 v[8];
         for (int r = 0; r < 8; ++r) {
-          v[r] = rows[r] != nullptr ? LoadW8<WT>(rows[r], 16 * q + 8 * lh) : _mm256_setzero_ps();
+          if (rows[r] == nullptr) {
+            v[r] = _mm256_setzero_ps();
+          } else {
+            v[r] = q < whole ? LoadW8<WT>(rows[r], 16 * q + 8 * lh) : LoadW8<WT>(tails[r], 8 * lh);
+          }
         }
         Transpose8x8(v);
         for (int l = 0; l < 8; ++l) {
@@ -745,30 +753,13 @@ COIL_AVX2 void PackLanePanel(const void* w, int64_t k_count, int64_t n0, int nr,
       }
     }
   }
-  for (int64_t q = whole; q < kq; ++q) {  // the zero-padded tail
-    for (int l = 0; l < 16; ++l) {
-      for (int r = 0; r < kLaneNr; ++r) {
-        float value = 0.0f;
-        if (r < nr && 16 * q + l < k_count) {
-          const Elem e = static_cast<const Elem*>(w)[(n0 + r) * k_count + 16 * q + l];
-          if constexpr (WT == DType::kF32) {
-            value = e;
-          } else if constexpr (WT == DType::kF16) {
-            value = F16ToFloat(e);
-          } else {
-            value = Bf16ToFloat(e);
-          }
-        }
-        wp[(l * kq + q) * kLaneNr + r] = value;
-      }
-    }
-  }
 }
 
-#define COIL_LANE_TILE(OP)                                                                  \
-  OP(0, 0)                                                                                  \
-  OP(0, 1) OP(1, 0) OP(1, 1) OP(2, 0) OP(2, 1) OP(3, 0) OP(3, 1) OP(4, 0) OP(4, 1) OP(5, 0) \
-      OP(5, 1)
+// clang-format off
+#define COIL_LANE_TILE(OP) \
+  OP(0, 0) OP(0, 1) OP(1, 0) OP(1, 1) OP(2, 0) OP(2, 1) \
+  OP(3, 0) OP(3, 1) OP(4, 0) OP(4, 1) OP(5, 0) OP(5, 1)
+// clang-format on
 #define COIL_LANE_ZERO(i, v) __m256 c##i##v = _mm256_setzero_ps();
 #define COIL_LANE_ADD(i, v) \
   c##i##v = _mm256_add_ps(_mm256_loadu_ps(s + i * kLaneNr + 8 * v), c##i##v);
@@ -792,8 +783,10 @@ COIL_AVX2 void LaneTile(const float* x, const float* w, int64_t kq, float* slots
   for (int64_t q = 0; q < kq; ++q) {
     const __m256 w0 = _mm256_loadu_ps(w + kLaneNr * q);
     const __m256 w1 = _mm256_loadu_ps(w + kLaneNr * q + 8);
-    COIL_LANE_ROW(0)
-    COIL_LANE_ROW(1) COIL_LANE_ROW(2) COIL_LANE_ROW(3) COIL_LANE_ROW(4) COIL_LANE_ROW(5)
+    // clang-format off
+    COIL_LANE_ROW(0) COIL_LANE_ROW(1) COIL_LANE_ROW(2)
+    COIL_LANE_ROW(3) COIL_LANE_ROW(4) COIL_LANE_ROW(5)
+    // clang-format on
   }
   for (int level = 0; level < kLevels; ++level) {
     const float* s = slots + level * kLaneTileFloats;
@@ -943,33 +936,26 @@ void MatmulAvx2(const CpuContext& ctx, const Tensor& x, const Tensor& w, const T
     }
   });
   const void* wp = w.raw();
-  if (lanes) {
-    ctx.pool->ParallelFor(n_count, kLaneNr, [&](int64_t n_begin, int64_t n_end) {
-      switch (w.dtype()) {
-        case DType::kBF16:
-          MatmulLaneRange<DType::kBF16>(xp.get(), lb, m_count, wp, k_count, y, n_begin, n_end);
-          break;
-        case DType::kF16:
-          MatmulLaneRange<DType::kF16>(xp.get(), lb, m_count, wp, k_count, y, n_begin, n_end);
-          break;
-        default:
-          MatmulLaneRange<DType::kF32>(xp.get(), lb, m_count, wp, k_count, y, n_begin, n_end);
-      }
-    });
-    return;
-  }
   const float* plain = split ? nullptr : xp.get();
   const float* halves = split ? xp.get() : nullptr;
-  ctx.pool->ParallelFor(n_count, kGrain2, [&](int64_t n_begin, int64_t n_end) {
+  ctx.pool->ParallelFor(n_count, lanes ? kLaneNr : kGrain2, [&](int64_t n_begin, int64_t n_end) {
+    auto range = [&](auto type) {
+      constexpr DType kType = decltype(type)::value;
+      if (lanes) {
+        MatmulLaneRange<kType>(xp.get(), lb, m_count, wp, k_count, y, n_begin, n_end);
+      } else {
+        MatmulAvx2Range<kType>(plain, halves, ldx, m_count, wp, k_count, y, n_begin, n_end);
+      }
+    };
     switch (w.dtype()) {
       case DType::kBF16:
-        MatmulAvx2Range<DType::kBF16>(plain, halves, ldx, m_count, wp, k_count, y, n_begin, n_end);
+        range(std::integral_constant<DType, DType::kBF16>{});
         break;
       case DType::kF16:
-        MatmulAvx2Range<DType::kF16>(plain, halves, ldx, m_count, wp, k_count, y, n_begin, n_end);
+        range(std::integral_constant<DType, DType::kF16>{});
         break;
       default:
-        MatmulAvx2Range<DType::kF32>(plain, halves, ldx, m_count, wp, k_count, y, n_begin, n_end);
+        range(std::integral_constant<DType, DType::kF32>{});
     }
   });
 }
