@@ -60,7 +60,7 @@ ABSL_FLAG(std::string, batches, "1,8,32", "decode batch sizes");
 ABSL_FLAG(std::string, contexts, "",
           "decode at each of these context lengths (e.g. 512,4096), every sequence starting "
           "there; empty: after an 8-token prefill");
-ABSL_FLAG(int32_t, decode_steps, 32, "timed decode steps per batch size");
+ABSL_FLAG(int32_t, decode_steps, 32, "timed decode steps per batch size (0: no decode)");
 ABSL_FLAG(std::string, prefill, "512", "prefill prompt lengths, comma-separated (0: none)");
 ABSL_FLAG(int32_t, block_size, 16, "tokens per KV-cache page (models with attention layers)");
 ABSL_FLAG(int32_t, prefill_seqs, 1, "prompts of --prefill tokens in the prefill step");
@@ -185,6 +185,10 @@ int Main(int argc, char** argv) {
   // attention layers; a Mamba2 model takes none).
   const int32_t block_size = absl::GetFlag(FLAGS_block_size);
   const int32_t decode_steps = absl::GetFlag(FLAGS_decode_steps);
+  if (decode_steps < 0) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--decode_steps: ", decode_steps, " is negative (0 runs no decode)")));
+  }
   int32_t longest = 8 + decode_steps + 3;  // the prefill, warm-up, timed and profiled steps
   for (int32_t context : contexts) longest = std::max(longest, context + 2 * decode_steps + 3);
   for (int32_t length : prompts_lengths) longest = std::max(longest, length);
@@ -286,6 +290,7 @@ int Main(int argc, char** argv) {
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   for (int32_t context : contexts) {
+    if (decode_steps == 0) break;
     for (int32_t batch : batches) {
       // Prompts differ in their first token, kept inside the vocabulary of any model shape.
       const int32_t distinct = static_cast<int32_t>(std::max<int64_t>(1, config.vocab_size - 1));
