@@ -669,7 +669,10 @@ constexpr SplitTileFn kSplitTiles[kMrS][kNrS] = {COIL_ROW_SPLIT(1), COIL_ROW_SPL
 // fold pairs the same partials: the sums are the split tiles' bit for bit.
 constexpr int kLaneMr = 6;                  // x rows per register tile
 constexpr int kLaneNr = 16;                 // W rows per panel and per register tile
-constexpr int64_t kLaneMinK = 1024;         // from this padded K on, the lane-major form
+constexpr int64_t kLaneMinK = 1024;         // from this padded K on, the lane-major form,
+constexpr int64_t kLaneMinRows = 48;        // and from this M: fewer rows pay more for the
+                                            // panel's packing and the last tile's padding
+                                            // than they save (a decode batch of 32)
 constexpr int64_t kLaneTilesPerBlock = 48;  // x tiles per block: a lane of it stays in L2
 constexpr int kLaneOrder[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
 // The tree levels lane kLaneOrder[j] completes: the trailing ones of j (4: the whole sum).
@@ -915,7 +918,7 @@ void MatmulAvx2(const CpuContext& ctx, const Tensor& x, const Tensor& w, const T
   const int64_t m_count = x.dim(0), n_count = w.dim(0), k_count = w.dim(1);
   const int64_t ldx = (k_count + 15) / 16 * 16;
   const bool split = m_count >= kPanelMinRows;
-  const bool lanes = split && ldx >= kLaneMinK;
+  const bool lanes = split && ldx >= kLaneMinK && m_count >= kLaneMinRows;
   const LaneBlocks lb(m_count, ldx);
   AlignedArray<float> xp(lanes ? lb.tiles * kLaneMr * ldx : m_count * ldx);
   ctx.pool->ParallelFor(m_count, 1, [&](int64_t begin, int64_t end) {

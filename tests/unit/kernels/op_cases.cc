@@ -1378,10 +1378,12 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
     }
   }
   cases.push_back(std::make_unique<MatmulCase>(DType::kF16, 3, 45, 77, 3, 3));
-  // Rows long enough for the AVX2 lane-major form (K from 1024), with partial x tiles and W
-  // panels, a K that is not a multiple of 16, strided rows and (300 rows) two x blocks.
+  // Rows long enough for the AVX2 lane-major form (K from 1024, M from 48), with partial x
+  // tiles and W panels, a K that is not a multiple of 16, strided rows and (300 rows) two x
+  // blocks; and the same K at a decode batch's M, which keeps the split tiles.
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     cases.push_back(std::make_unique<MatmulCase>(dt, 13, 37, 1100, 3, 3));
+    cases.push_back(std::make_unique<MatmulCase>(dt, 49, 37, 1100, 3, 3));
   }
   cases.push_back(std::make_unique<MatmulCase>(DType::kBF16, 300, 40, 1040));
   cases.push_back(std::make_unique<AddRmsNormCase>(5, 100, true));
@@ -1398,6 +1400,7 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   // bf16 rows at an odd stride, 4 bytes into a row: not 16-byte aligned, so copied.
   cases.push_back(std::make_unique<MatmulCase>(DType::kBF16, 7, 40, 64, 0, 3, DType::kBF16));
   cases.push_back(std::make_unique<MatmulCase>(DType::kBF16, 20, 33, 1030, 0, 0, DType::kBF16));
+  cases.push_back(std::make_unique<MatmulCase>(DType::kBF16, 50, 33, 1030, 0, 0, DType::kBF16));
   cases.push_back(std::make_unique<CausalConv1dCase>(40, 4, std::vector<int32_t>{1, 2, 7}, 6));
   cases.push_back(std::make_unique<CausalConv1dCase>(300, 4, std::vector<int32_t>{1, 1, 1, 1}, 8));
   cases.push_back(std::make_unique<CausalConv1dCase>(17, 2, std::vector<int32_t>{3, 1}, 2));
