@@ -703,25 +703,6 @@ void PackLaneRow(const float* row, int64_t m, const LaneBlocks& lb, float* xq) {
   }
 }
 
-// v[r][c] becomes v[c][r] for 8 x 8 floats.
-COIL_AVX2 inline void Transpose8x8(__m256 v[8]) {
-  __m256 t[8], s[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    s[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    v[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
-    v[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
-  }
-}
-
 // W rows [n0, n0 + nr) widened into the lane-major panel [lane][k / 16][16 rows]; rows from
 // nr on and columns from K on are zeros.
 template <DType WT>

@@ -199,6 +199,18 @@ COIL_AVX2 inline float FoldHalves(__m256 lo, __m256 hi) {
   return _mm_cvtss_f32(_mm_add_ss(eighth, _mm_shuffle_ps(eighth, eighth, 1)));
 }
 
+// y[r] = FoldHalves(lo_r, hi_r) + d x[r] for 8 rows at once, from half[r] = lo_r + hi_r (its
+// first add): transposed, register i holds lane i of every row, so FoldHalves' remaining adds
+// (lane i + (i + 4), then + (i + 2), then + (i + 1)) pair the same values for all 8 rows in
+// one vector add each, where one row alone takes a chain of shuffles and adds.
+COIL_AVX2 inline void FoldRows8(__m256 half[8], float d, const float* x, float* y) {
+  Transpose8x8(half);
+  const __m256 q0 = _mm256_add_ps(half[0], half[4]), q1 = _mm256_add_ps(half[1], half[5]);
+  const __m256 q2 = _mm256_add_ps(half[2], half[6]), q3 = _mm256_add_ps(half[3], half[7]);
+  const __m256 sums = _mm256_add_ps(_mm256_add_ps(q0, q2), _mm256_add_ps(q1, q3));
+  _mm256_storeu_ps(y, _mm256_add_ps(sums, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps(x))));
+}
+
 // The state row as fp32: loads 16 values (fp32, or bf16 widened exactly).
 template <typename StateT>
 COIL_AVX512 inline __m512 LoadState16(const StateT* h) {
@@ -257,27 +269,33 @@ COIL_AVX512 void RecurrenceStepAvx512(StateT* h, const float* x, const float* b,
 // A bf16 row is taken as its even and its odd values (one 32-byte load, a shift and a mask
 // widen them; their roundings merge back with a shift, a mask and an or), against B and C
 // split the same way once per call: the lane partials are the same, only held in another
-// arrangement until the fold.
+// arrangement until the fold. Rows go 8 at a time (headdim is a multiple of 16), folded
+// together (FoldRows8).
 COIL_AVX2 void RecurrenceStepAvx2(float* h, const float* x, const float* b, const float* c,
                                   float decay, float dtv, float d, int64_t p_count, int64_t n_count,
                                   float* y, const float* next) {
   const __m256 dv = _mm256_set1_ps(decay);
-  for (int64_t p = 0; p < p_count; ++p) {
-    float* hp = h + p * n_count;
-    if (next != nullptr) PrefetchRow(next + p * n_count, n_count);
-    const __m256 xdt = _mm256_set1_ps(x[p] * dtv);
-    __m256 acc_lo = _mm256_setzero_ps(), acc_hi = _mm256_setzero_ps();
-    for (int64_t n = 0; n < n_count; n += 16) {
-      const __m256 lo = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(hp + n), dv),
-                                      _mm256_mul_ps(xdt, _mm256_loadu_ps(b + n)));
-      const __m256 hi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(hp + n + 8), dv),
-                                      _mm256_mul_ps(xdt, _mm256_loadu_ps(b + n + 8)));
-      _mm256_storeu_ps(hp + n, lo);
-      _mm256_storeu_ps(hp + n + 8, hi);
-      acc_lo = _mm256_add_ps(acc_lo, _mm256_mul_ps(lo, _mm256_loadu_ps(c + n)));
-      acc_hi = _mm256_add_ps(acc_hi, _mm256_mul_ps(hi, _mm256_loadu_ps(c + n + 8)));
+  for (int64_t p0 = 0; p0 < p_count; p0 += 8) {
+    __m256 half[8];
+    for (int r = 0; r < 8; ++r) {
+      const int64_t p = p0 + r;
+      float* hp = h + p * n_count;
+      if (next != nullptr) PrefetchRow(next + p * n_count, n_count);
+      const __m256 xdt = _mm256_set1_ps(x[p] * dtv);
+      __m256 acc_lo = _mm256_setzero_ps(), acc_hi = _mm256_setzero_ps();
+      for (int64_t n = 0; n < n_count; n += 16) {
+        const __m256 lo = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(hp + n), dv),
+                                        _mm256_mul_ps(xdt, _mm256_loadu_ps(b + n)));
+        const __m256 hi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(hp + n + 8), dv),
+                                        _mm256_mul_ps(xdt, _mm256_loadu_ps(b + n + 8)));
+        _mm256_storeu_ps(hp + n, lo);
+        _mm256_storeu_ps(hp + n + 8, hi);
+        acc_lo = _mm256_add_ps(acc_lo, _mm256_mul_ps(lo, _mm256_loadu_ps(c + n)));
+        acc_hi = _mm256_add_ps(acc_hi, _mm256_mul_ps(hi, _mm256_loadu_ps(c + n + 8)));
+      }
+      half[r] = _mm256_add_ps(acc_lo, acc_hi);
     }
-    y[p] = FoldHalves(acc_lo, acc_hi) + d * x[p];
+    FoldRows8(half, d, x + p0, y + p0);
   }
 }
 
@@ -306,6 +324,7 @@ COIL_AVX2 void RecurrenceStepAvx2(uint16_t* h, const float* x, const float* b, c
   }
   const __m256 dv = _mm256_set1_ps(decay);
   const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  __m256 half[8];
   for (int64_t p = 0; p < p_count; ++p) {
     uint16_t* hp = h + p * n_count;
     if (next != nullptr) PrefetchRow(next + p * n_count, n_count);
@@ -338,9 +357,9 @@ COIL_AVX2 void RecurrenceStepAvx2(uint16_t* h, const float* x, const float* b, c
     // Back to lanes 0-7 and 8-15: lane 2i is even i, lane 2i + 1 odd i.
     const __m256 first = _mm256_unpacklo_ps(acc_even, acc_odd);   // lanes 0-3, 8-11
     const __m256 second = _mm256_unpackhi_ps(acc_even, acc_odd);  // lanes 4-7, 12-15
-    y[p] = FoldHalves(_mm256_permute2f128_ps(first, second, 0x20),
-                      _mm256_permute2f128_ps(first, second, 0x31)) +
-           d * x[p];
+    half[p % 8] = _mm256_add_ps(_mm256_permute2f128_ps(first, second, 0x20),
+                                _mm256_permute2f128_ps(first, second, 0x31));
+    if (p % 8 == 7) FoldRows8(half, d, x + p - 7, y + p - 7);
   }
 }
 

@@ -1,5 +1,6 @@
-// A 16 x 16 transpose of 32-bit values in AVX-512 registers, for the kernels that change
-// a block's layout on the way to or from the bf16 products (matmul.cc, ssm_scan.cc).
+// Transposes of 32-bit values in registers: 16 x 16 in AVX-512 ones, for the kernels that
+// change a block's layout on the way to or from the bf16 products (matmul.cc, ssm_scan.cc),
+// and 8 x 8 in AVX2 ones (the lane-major matmul's W panel, the recurrence's folds).
 #ifndef COIL_KERNELS_CPU_TRANSPOSE16_H_
 #define COIL_KERNELS_CPU_TRANSPOSE16_H_
 
@@ -34,6 +35,25 @@ __attribute__((target("avx512f"))) inline void Transpose16x16(__m512 r[16]) {
     r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
     r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
     r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd);
+  }
+}
+
+// v[r][c] becomes v[c][r] for 8 x 8 floats; the values are moved, never computed on.
+__attribute__((target("avx2"))) inline void Transpose8x8(__m256 v[8]) {
+  __m256 t[8], s[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    s[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+    v[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
   }
 }
 
