@@ -140,13 +140,23 @@ COIL_AVX512 inline void StoreSums(float* y, __m128 sums, int nr) {
   }
 }
 
+// How the tiles fetch W ahead of use. kAhead (T0) and kAheadStream (NTA): a tile streams
+// its own W rows and prefetches the tile kPrefetchTiles further on as it goes (below);
+// kAheadStream where W is read once (a single tile of x rows: decode at a few rows), so its
+// lines are fetched non-temporally and push less of what the step reads again (the recurrent
+// state, the activations) out of the last-level cache. kByBlock: many x tiles sweep each
+// block of W rows, so the tiles prefetch nothing and RunTiles spreads the next block's
+// prefetch over the current block's tiles: W keeps streaming from memory evenly, where
+// fetching it only while the first x tile sweeps the block stalls that sweep.
+enum class WFetch { kAhead, kAheadStream, kByBlock };
+
 // Prefetches the cache line of W element i. The address may lie past W's end (the last
 // tiles'): it is formed as an integer, and a prefetch never faults.
-template <DType WT>
+template <DType WT, WFetch kFetch = WFetch::kAhead>
 inline void PrefetchW(const void* w, int64_t i) {
   const int64_t bytes = WT == DType::kF32 ? sizeof(float) : sizeof(uint16_t);
   _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(w) + i * bytes),
-               _MM_HINT_T0);
+               kFetch == WFetch::kAheadStream ? _MM_HINT_NTA : _MM_HINT_T0);
 }
 
 // A thread's W rows are contiguous. Each tile prefetches, as it streams its NR rows of W,
@@ -157,8 +167,11 @@ inline void PrefetchW(const void* w, int64_t i) {
 // (docs/kernels.md).
 constexpr int kPrefetchTiles = 2;
 
+// How a single x tile fetches W (decode at a few rows): streamed, so each line is read once.
+constexpr WFetch kSingleTileFetch = WFetch::kAheadStream;
+
 // MR x NR tile, bf16 x (padded with zeros to a multiple of 32) times bf16 W rows.
-template <int MR, int NR>
+template <int MR, int NR, WFetch kFetch>
 COIL_AVX512_BF16 void TileBf16(const uint16_t* xb, int64_t ldx, const uint16_t* w, int64_t k_count,
                                float* y, int64_t ldy) {
   __m512 acc[MR][4];
@@ -168,7 +181,9 @@ COIL_AVX512_BF16 void TileBf16(const uint16_t* xb, int64_t ldx, const uint16_t* 
   const int64_t ahead = kPrefetchTiles * NR * k_count;
   int64_t k = 0;
   for (; k + 32 <= k_count; k += 32) {
-    for (int j = 0; j < NR; ++j) PrefetchW<DType::kBF16>(w, ahead + NR * k + 32 * j);
+    if constexpr (kFetch != WFetch::kByBlock) {
+      for (int j = 0; j < NR; ++j) PrefetchW<DType::kBF16, kFetch>(w, ahead + NR * k + 32 * j);
+    }
     __m512i wv[NR];
     for (int j = 0; j < NR; ++j) wv[j] = _mm512_loadu_si512(w + j * k_count + k);
     for (int i = 0; i < MR; ++i) {
@@ -214,7 +229,7 @@ COIL_AVX512 inline __m512 LoadW16Masked(const void* w, int64_t i, __mmask16 mask
 }
 
 // MR x NR tile, f32 x (padded to a multiple of 16) times f32 or f16 W rows, with FMAs.
-template <DType WT, int MR, int NR>
+template <DType WT, int MR, int NR, WFetch kFetch>
 COIL_AVX512 void TileF32(const float* xp, int64_t ldx, const void* w, int64_t k_count, float* y,
                          int64_t ldy) {
   __m512 acc[MR][4];
@@ -224,7 +239,9 @@ COIL_AVX512 void TileF32(const float* xp, int64_t ldx, const void* w, int64_t k_
   const int64_t ahead = kPrefetchTiles * NR * k_count;
   int64_t k = 0;
   for (; k + 16 <= k_count; k += 16) {
-    for (int j = 0; j < NR; ++j) PrefetchW<WT>(w, ahead + NR * k + 16 * j);
+    if constexpr (kFetch != WFetch::kByBlock) {
+      for (int j = 0; j < NR; ++j) PrefetchW<WT, kFetch>(w, ahead + NR * k + 16 * j);
+    }
     __m512 wv[NR];
     for (int j = 0; j < NR; ++j) wv[j] = LoadW16<WT>(w, j * k_count + k);
     for (int i = 0; i < MR; ++i) {
@@ -249,18 +266,26 @@ COIL_AVX512 void TileF32(const float* xp, int64_t ldx, const void* w, int64_t k_
 using Bf16TileFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, float*, int64_t);
 using F32TileFn = void (*)(const float*, int64_t, const void*, int64_t, float*, int64_t);
 
-// [mr - 1][nr - 1] -> the tile kernel for the edge sizes.
-#define COIL_ROW_BF16(MR) \
-  { &TileBf16<MR, 1>, &TileBf16<MR, 2>, &TileBf16<MR, 3>, &TileBf16<MR, 4> }
-constexpr Bf16TileFn kBf16Tiles[4][4] = {COIL_ROW_BF16(1), COIL_ROW_BF16(2), COIL_ROW_BF16(3),
-                                         COIL_ROW_BF16(4)};
+// [WFetch][mr - 1][nr - 1] -> the tile kernel for the edge sizes.
+#define COIL_ROW_BF16(MR, F) \
+  { &TileBf16<MR, 1, F>, &TileBf16<MR, 2, F>, &TileBf16<MR, 3, F>, &TileBf16<MR, 4, F> }
+#define COIL_BF16(F) \
+  { COIL_ROW_BF16(1, F), COIL_ROW_BF16(2, F), COIL_ROW_BF16(3, F), COIL_ROW_BF16(4, F) }
+constexpr Bf16TileFn kBf16Tiles[3][4][4] = {
+    COIL_BF16(WFetch::kAhead), COIL_BF16(WFetch::kAheadStream), COIL_BF16(WFetch::kByBlock)};
+#undef COIL_BF16
 #undef COIL_ROW_BF16
-#define COIL_ROW_F32(WT, MR) \
-  { &TileF32<WT, MR, 1>, &TileF32<WT, MR, 2>, &TileF32<WT, MR, 3>, &TileF32<WT, MR, 4> }
-constexpr F32TileFn kF32Tiles[4][4] = {COIL_ROW_F32(DType::kF32, 1), COIL_ROW_F32(DType::kF32, 2),
-                                       COIL_ROW_F32(DType::kF32, 3), COIL_ROW_F32(DType::kF32, 4)};
-constexpr F32TileFn kF16Tiles[4][4] = {COIL_ROW_F32(DType::kF16, 1), COIL_ROW_F32(DType::kF16, 2),
-                                       COIL_ROW_F32(DType::kF16, 3), COIL_ROW_F32(DType::kF16, 4)};
+#define COIL_ROW_F32(WT, MR, F) \
+  { &TileF32<WT, MR, 1, F>, &TileF32<WT, MR, 2, F>, &TileF32<WT, MR, 3, F>, &TileF32<WT, MR, 4, F> }
+#define COIL_F32(WT, F) \
+  { COIL_ROW_F32(WT, 1, F), COIL_ROW_F32(WT, 2, F), COIL_ROW_F32(WT, 3, F), COIL_ROW_F32(WT, 4, F) }
+constexpr F32TileFn kF32Tiles[3][4][4] = {COIL_F32(DType::kF32, WFetch::kAhead),
+                                          COIL_F32(DType::kF32, WFetch::kAheadStream),
+                                          COIL_F32(DType::kF32, WFetch::kByBlock)};
+constexpr F32TileFn kF16Tiles[3][4][4] = {COIL_F32(DType::kF16, WFetch::kAhead),
+                                          COIL_F32(DType::kF16, WFetch::kAheadStream),
+                                          COIL_F32(DType::kF16, WFetch::kByBlock)};
+#undef COIL_F32
 #undef COIL_ROW_F32
 
 COIL_AVX512_BF16 void RowToBf16(const float* src, uint16_t* dst, int64_t n) {
@@ -273,21 +298,41 @@ COIL_AVX512_BF16 void RowToBf16(const float* src, uint16_t* dst, int64_t n) {
 }
 
 // Runs the tile kernels over all rows and W rows [n_begin, n_end): x in blocks of kMb rows
-// (L2), W in blocks of kNb rows; each x tile (L1) is swept over the W block's tiles.
+// (L2), W in blocks of kNb rows; each x tile (L1) is swept over the W block's tiles. One x
+// tile streams W through the tiles (WFetch::kAhead*); more take the kByBlock tiles, and
+// each of the block's tiles prefetches its share of the next block's W lines.
 template <typename XT, typename WT, typename TileFn>
 void RunTiles(const XT* xpacked, int64_t ldx, int64_t m_count, const WT* w, int64_t ldw,
               int64_t k_count, const Tensor& y, int64_t n_begin, int64_t n_end,
-              const TileFn (&tiles)[4][4]) {
+              const TileFn (&tiles)[3][4][4], WFetch single_tile) {
+  const bool by_block = m_count > kMr;
+  const auto& kernels = tiles[static_cast<int>(by_block ? WFetch::kByBlock : single_tile)];
+  const int64_t row_bytes = ldw * static_cast<int64_t>(sizeof(WT));
   for (int64_t m0 = 0; m0 < m_count; m0 += kMb) {
     const int64_t m1 = std::min(m_count, m0 + kMb);
+    const int64_t m_tiles = (m1 - m0 + kMr - 1) / kMr;
     for (int64_t n0 = n_begin; n0 < n_end; n0 += kNb) {
       const int64_t n1 = std::min(n_end, n0 + kNb);
+      const int64_t block_tiles = m_tiles * ((n1 - n0 + kNr - 1) / kNr);
+      // The next block of this thread's rows (after the last, the first again where the
+      // next x block sweeps it), in lines.
+      const bool wrap = n1 >= n_end;
+      const int64_t next0 = wrap ? n_begin : n1;
+      const int64_t next_rows =
+          by_block && !(wrap && m1 >= m_count) ? std::min(n_end, next0 + kNb) - next0 : 0;
+      const char* next = reinterpret_cast<const char*>(w + next0 * ldw);
+      const int64_t lines = (next_rows * row_bytes + 63) / 64;
+      int64_t tile = 0;
       for (int64_t m = m0; m < m1; m += kMr) {
         const int mr = static_cast<int>(std::min<int64_t>(kMr, m1 - m));
-        for (int64_t n = n0; n < n1; n += kNr) {
+        for (int64_t n = n0; n < n1; n += kNr, ++tile) {
+          for (int64_t line = tile * lines / block_tiles; line < (tile + 1) * lines / block_tiles;
+               ++line) {
+            _mm_prefetch(next + 64 * line, _MM_HINT_T0);
+          }
           const int nr = static_cast<int>(std::min<int64_t>(kNr, n1 - n));
-          tiles[mr - 1][nr - 1](xpacked + m * ldx, ldx, w + n * ldw, k_count, RowF32(y, m) + n,
-                                y.stride(0));
+          kernels[mr - 1][nr - 1](xpacked + m * ldx, ldx, w + n * ldw, k_count, RowF32(y, m) + n,
+                                  y.stride(0));
         }
       }
     }
@@ -511,9 +556,10 @@ COIL_AVX2 inline void StoreSums2(float* y, __m128 sums, int nr) {
 }
 
 // MR x NR tile, f32 x (padded with zeros to a multiple of 16) times W rows of type WT,
-// `ldw` elements apart. kPrefetch: W's rows are contiguous (ldw = k_count) and streamed from
-// memory, so the tile prefetches the tile kPrefetchTiles further on as the AVX-512 one does.
-template <DType WT, int MR, int NR, bool kPrefetch>
+// `ldw` elements apart. W's rows are contiguous (ldw = k_count) and streamed from memory, so
+// the tile prefetches the tile kPrefetchTiles further on as the AVX-512 one does; kStream:
+// non-temporally (PrefetchW).
+template <DType WT, int MR, int NR, bool kStream>
 COIL_AVX2 void TileAvx2(const float* xp, int64_t ldx, const void* w, int64_t ldw, int64_t k_count,
                         float* y, int64_t ldy) {
   __m256 lo[MR][NR], hi[MR][NR];
@@ -523,8 +569,8 @@ COIL_AVX2 void TileAvx2(const float* xp, int64_t ldx, const void* w, int64_t ldw
   const int64_t ahead = kPrefetchTiles * NR * k_count;
   int64_t k = 0;
   for (; k + 16 <= k_count; k += 16) {
-    if constexpr (kPrefetch) {
-      for (int j = 0; j < NR; ++j) PrefetchW<WT>(w, ahead + NR * k + 16 * j);
+    for (int j = 0; j < NR; ++j) {
+      PrefetchW<WT, kStream ? WFetch::kAheadStream : WFetch::kAhead>(w, ahead + NR * k + 16 * j);
     }
     __m256 xv[MR];
     for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(xp + i * ldx + k);
@@ -567,13 +613,11 @@ COIL_AVX2 void TileAvx2(const float* xp, int64_t ldx, const void* w, int64_t ldw
 using Avx2TileFn = void (*)(const float*, int64_t, const void*, int64_t, int64_t, float*, int64_t);
 
 // [mr - 1][nr - 1] -> the tile kernel for the edge sizes.
-template <DType WT, bool kPrefetch>
+template <DType WT, bool kStream>
 struct Avx2Tiles {
   static constexpr Avx2TileFn kTiles[kMr2][kNr2] = {
-      {&TileAvx2<WT, 1, 1, kPrefetch>, &TileAvx2<WT, 1, 2, kPrefetch>,
-       &TileAvx2<WT, 1, 3, kPrefetch>},
-      {&TileAvx2<WT, 2, 1, kPrefetch>, &TileAvx2<WT, 2, 2, kPrefetch>,
-       &TileAvx2<WT, 2, 3, kPrefetch>}};
+      {&TileAvx2<WT, 1, 1, kStream>, &TileAvx2<WT, 1, 2, kStream>, &TileAvx2<WT, 1, 3, kStream>},
+      {&TileAvx2<WT, 2, 1, kStream>, &TileAvx2<WT, 2, 2, kStream>, &TileAvx2<WT, 2, 3, kStream>}};
 };
 
 // The split layout of a row padded to ldx (a multiple of 16) floats: the lanes 0-7 of every
@@ -855,12 +899,17 @@ void MatmulAvx2Range(const float* xp, const float* xs, int64_t ldx, int64_t m_co
   if (m_count < kPanelMinRows) {
     using Elem = std::conditional_t<WT == DType::kF32, float, uint16_t>;
     const Elem* wp = static_cast<const Elem*>(w);
+    // One row tile reads each W line once (PrefetchW); more read the thread's W again per
+    // tile, partly from the last-level cache.
+    const auto& tiles = m_count <= kMr2
+                            ? Avx2Tiles<WT, kSingleTileFetch == WFetch::kAheadStream>::kTiles
+                            : Avx2Tiles<WT, false>::kTiles;
     for (int64_t m = 0; m < m_count; m += kMr2) {
       const int mr = static_cast<int>(std::min<int64_t>(kMr2, m_count - m));
       for (int64_t n = n_begin; n < n_end; n += kNr2) {
         const int nr = static_cast<int>(std::min<int64_t>(kNr2, n_end - n));
-        Avx2Tiles<WT, true>::kTiles[mr - 1][nr - 1](xp + m * ldx, ldx, wp + n * k_count, k_count,
-                                                    k_count, RowF32(y, m) + n, ldy);
+        tiles[mr - 1][nr - 1](xp + m * ldx, ldx, wp + n * k_count, k_count, k_count,
+                              RowF32(y, m) + n, ldy);
       }
     }
     return;
@@ -976,7 +1025,8 @@ void CpuMatmul(const CpuContext& ctx, const Tensor& x, const Tensor& w, const Te
     });
     const uint16_t* wp = w.data<uint16_t>();
     ctx.pool->ParallelFor(n_count, kNr, [&](int64_t n_begin, int64_t n_end) {
-      RunTiles(xb.get(), ldx, m_count, wp, k_count, k_count, y, n_begin, n_end, kBf16Tiles);
+      RunTiles(xb.get(), ldx, m_count, wp, k_count, k_count, y, n_begin, n_end, kBf16Tiles,
+               kSingleTileFetch);
     });
     return;
   }
@@ -990,7 +1040,8 @@ void CpuMatmul(const CpuContext& ctx, const Tensor& x, const Tensor& w, const Te
     const char* wp = static_cast<const char*>(w.raw());
     const int64_t row_bytes = k_count * static_cast<int64_t>(DTypeSize(w.dtype()));
     ctx.pool->ParallelFor(n_count, kNr, [&](int64_t n_begin, int64_t n_end) {
-      RunTiles(xp.get(), ldx, m_count, wp, row_bytes, k_count, y, n_begin, n_end, tiles);
+      RunTiles(xp.get(), ldx, m_count, wp, row_bytes, k_count, y, n_begin, n_end, tiles,
+               kSingleTileFetch);
     });
     return;
   }
