@@ -190,19 +190,11 @@ inline void PrefetchRow(const StateT* row, int64_t n_count) {
   }
 }
 
-// The sum of 16 lane partials held as lanes 0-7 (lo) and 8-15 (hi), in FoldLanes16's order:
-// i + (i + 8), then + (i + 4), + (i + 2), + (i + 1).
-COIL_AVX2 inline float FoldHalves(__m256 lo, __m256 hi) {
-  const __m256 half = _mm256_add_ps(lo, hi);
-  const __m128 quarter = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
-  const __m128 eighth = _mm_add_ps(quarter, _mm_movehl_ps(quarter, quarter));
-  return _mm_cvtss_f32(_mm_add_ss(eighth, _mm_shuffle_ps(eighth, eighth, 1)));
-}
-
-// y[r] = FoldHalves(lo_r, hi_r) + d x[r] for 8 rows at once, from half[r] = lo_r + hi_r (its
-// first add): transposed, register i holds lane i of every row, so FoldHalves' remaining adds
-// (lane i + (i + 4), then + (i + 2), then + (i + 1)) pair the same values for all 8 rows in
-// one vector add each, where one row alone takes a chain of shuffles and adds.
+// y[r] = (the sum of row r's 16 lane partials) + d x[r] for 8 rows at once, in
+// FoldLanes16's order, from half[r] = lanes 0-7 + lanes 8-15 (its first add): transposed,
+// register i holds lane i of every row, so the remaining adds (lane i + (i + 4), then
+// + (i + 2), then + (i + 1)) pair the same values for all 8 rows in one vector add each,
+// where one row alone takes a chain of shuffles and adds.
 COIL_AVX2 inline void FoldRows8(__m256 half[8], float d, const float* x, float* y) {
   Transpose8x8(half);
   const __m256 q0 = _mm256_add_ps(half[0], half[4]), q1 = _mm256_add_ps(half[1], half[5]);
@@ -241,26 +233,33 @@ COIL_AVX512 inline void StoreState16(StateT* h, __m512 v) {
 }
 
 // RecurrenceStep's operations in the same order (so the same bits) for d_state a multiple
-// of 16, on a state row of fp32 or bf16 (computed in fp32, stored rounded): each state
-// value is read once and written once, in place, and the next item's state (`next`, or
-// null) is prefetched a row at a time, so a decode step streams the states.
+// of 16 and headdim a multiple of 8, on a state row of fp32 or bf16 (computed in fp32,
+// stored rounded): each state value is read once and written once, in place, and the next
+// item's state (`next`, or null) is prefetched a row at a time, so a decode step streams
+// the states. Each row's 16 lane partials are added as lanes 0-7 + 8-15, and rows go 8 at a
+// time through the rest of the fold together (FoldRows8).
 template <typename StateT>
 COIL_AVX512 void RecurrenceStepAvx512(StateT* h, const float* x, const float* b, const float* c,
                                       float decay, float dtv, float d, int64_t p_count,
                                       int64_t n_count, float* y, const StateT* next) {
   const __m512 dv = _mm512_set1_ps(decay);
-  for (int64_t p = 0; p < p_count; ++p) {
-    StateT* hp = h + p * n_count;
-    if (next != nullptr) PrefetchRow(next + p * n_count, n_count);
-    const __m512 xdt = _mm512_set1_ps(x[p] * dtv);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t n = 0; n < n_count; n += 16) {
-      const __m512 v = _mm512_add_ps(_mm512_mul_ps(LoadState16(hp + n), dv),
-                                     _mm512_mul_ps(xdt, _mm512_loadu_ps(b + n)));
-      StoreState16(hp + n, v);
-      acc = _mm512_add_ps(acc, _mm512_mul_ps(v, _mm512_loadu_ps(c + n)));
+  for (int64_t p0 = 0; p0 < p_count; p0 += 8) {
+    __m256 half[8];
+    for (int r = 0; r < 8; ++r) {
+      const int64_t p = p0 + r;
+      StateT* hp = h + p * n_count;
+      if (next != nullptr) PrefetchRow(next + p * n_count, n_count);
+      const __m512 xdt = _mm512_set1_ps(x[p] * dtv);
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t n = 0; n < n_count; n += 16) {
+        const __m512 v = _mm512_add_ps(_mm512_mul_ps(LoadState16(hp + n), dv),
+                                       _mm512_mul_ps(xdt, _mm512_loadu_ps(b + n)));
+        StoreState16(hp + n, v);
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(v, _mm512_loadu_ps(c + n)));
+      }
+      half[r] = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
     }
-    y[p] = FoldHalves(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)) + d * x[p];
+    FoldRows8(half, d, x + p0, y + p0);
   }
 }
 
