@@ -7,8 +7,11 @@
 // state pools in turn, so each step streams 24 x B x 786 KB of f32 state in and out (600 MB
 // at B = 32, beyond the caches), or half that with a bf16 state. Its bytes per step are the
 // state read and written once; GB/s beside triad's says how close the update comes to the
-// streaming rate.
+// streaming rate. Every array comes from the CPU backend's Allocate, as the model's weights
+// and state pools do (2 MiB aligned, on transparent huge pages where the kernel gives them),
+// so the bounds are measured on the same kind of memory the model streams.
 //   build/tests/bench/memory_bandwidth_bench --benchmark_repetitions=5
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -24,6 +27,23 @@ namespace coil {
 namespace {
 
 constexpr int64_t kFloats = int64_t{64} << 20;  // 256 MiB
+
+// `count` values of T from the CPU backend's Allocate, each set to `value`; the Buffer
+// keeps them.
+template <typename T>
+T* BackendArray(Buffer& keep, int64_t count, T value) {
+  static const std::unique_ptr<Backend> backend = [] {
+    auto created = CreateBackend(BackendKind::kCpu, {.threads = 1});
+    return created.ok() ? std::move(*created) : nullptr;
+  }();
+  if (backend == nullptr) return nullptr;
+  auto buffer = backend->Allocate(static_cast<size_t>(count) * sizeof(T));
+  if (!buffer.ok()) return nullptr;
+  keep = std::move(*buffer);
+  T* data = static_cast<T*>(keep.data());
+  std::fill(data, data + count, value);
+  return data;
+}
 
 COIL_VECTORIZE float SumBlock(const float* a, int64_t n) {
   float lanes[16] = {};
@@ -58,10 +78,15 @@ COIL_VECTORIZE void TriadBlock(const float* a, const float* b, float* c, int64_t
 template <float (*Sum)(const float*, int64_t)>
 void RunRead(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(0)));
-  std::vector<float> a(kFloats, 1.0f);
+  Buffer keep;
+  const float* a = BackendArray(keep, kFloats, 1.0f);
+  if (a == nullptr) {
+    state.SkipWithError("cannot allocate the array");
+    return;
+  }
   for (auto _ : state) {
     pool.ParallelFor(kFloats, 1 << 16, [&](int64_t b, int64_t e) {
-      float sum = Sum(a.data() + b, e - b);
+      float sum = Sum(a + b, e - b);
       benchmark::DoNotOptimize(sum);
     });
   }
@@ -73,24 +98,35 @@ void BM_ReadPrefetched(benchmark::State& state) { RunRead<&SumBlockPrefetched>(s
 
 void BM_Copy(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(0)));
-  std::vector<float> a(kFloats, 1.0f), b(kFloats, 0.0f);
+  Buffer keep_a, keep_b;
+  const float* a = BackendArray(keep_a, kFloats, 1.0f);
+  float* b = BackendArray(keep_b, kFloats, 0.0f);
+  if (a == nullptr || b == nullptr) {
+    state.SkipWithError("cannot allocate the arrays");
+    return;
+  }
   for (auto _ : state) {
-    pool.ParallelFor(kFloats, 1 << 16, [&](int64_t s, int64_t e) {
-      CopyBlock(a.data() + s, b.data() + s, e - s);
-    });
-    benchmark::DoNotOptimize(b.data());
+    pool.ParallelFor(kFloats, 1 << 16,
+                     [&](int64_t s, int64_t e) { CopyBlock(a + s, b + s, e - s); });
+    benchmark::DoNotOptimize(b);
   }
   state.SetBytesProcessed(state.iterations() * kFloats * 8);
 }
 
 void BM_Triad(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(0)));
-  std::vector<float> a(kFloats, 1.0f), b(kFloats, 2.0f), c(kFloats, 0.0f);
+  Buffer keep_a, keep_b, keep_c;
+  const float* a = BackendArray(keep_a, kFloats, 1.0f);
+  const float* b = BackendArray(keep_b, kFloats, 2.0f);
+  float* c = BackendArray(keep_c, kFloats, 0.0f);
+  if (a == nullptr || b == nullptr || c == nullptr) {
+    state.SkipWithError("cannot allocate the arrays");
+    return;
+  }
   for (auto _ : state) {
-    pool.ParallelFor(kFloats, 1 << 16, [&](int64_t s, int64_t e) {
-      TriadBlock(a.data() + s, b.data() + s, c.data() + s, e - s);
-    });
-    benchmark::DoNotOptimize(c.data());
+    pool.ParallelFor(kFloats, 1 << 16,
+                     [&](int64_t s, int64_t e) { TriadBlock(a + s, b + s, c + s, e - s); });
+    benchmark::DoNotOptimize(c);
   }
   state.SetBytesProcessed(state.iterations() * kFloats * 12);
 }
@@ -112,17 +148,23 @@ void BM_DecodeStateUpdate(benchmark::State& state) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   // Each layer's pool as bytes of the state's type (the bf16 bits of the same values).
   const size_t element = DTypeSize(state_dtype);
-  std::vector<std::vector<uint8_t>> pools(kLayers);
+  std::vector<Buffer> pools(kLayers);
   std::vector<std::vector<float>> inputs(kLayers);
   for (int64_t l = 0; l < kLayers; ++l) {
-    pools[l].resize((batch + 1) * per_row * element);
+    auto pool = (*backend)->Allocate((batch + 1) * per_row * element);
+    if (!pool.ok()) {
+      state.SkipWithError(std::string(pool.status().message()).c_str());
+      return;
+    }
+    pools[l] = std::move(*pool);
+    uint8_t* bytes = static_cast<uint8_t*>(pools[l].data());
     for (int64_t i = 0; i < (batch + 1) * per_row; ++i) {
       const float v = uniform(rng);
       if (state_dtype == DType::kBF16) {
         const uint16_t h = FloatToBf16(v);
-        std::memcpy(pools[l].data() + 2 * i, &h, 2);
+        std::memcpy(bytes + 2 * i, &h, 2);
       } else {
-        std::memcpy(pools[l].data() + 4 * i, &v, 4);
+        std::memcpy(bytes + 4 * i, &v, 4);
       }
     }
     inputs[l].resize(batch * width);
