@@ -202,6 +202,8 @@ BENCHMARK(BM_Copy)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()
 BENCHMARK(BM_Triad)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 // (batch, threads, bf16 state)
 BENCHMARK(BM_DecodeStateUpdate)
+    ->Args({1, 1, 0})
+    ->Args({1, 2, 0})
     ->Args({32, 1, 0})
     ->Args({32, 2, 0})
     ->Args({32, 1, 1})
