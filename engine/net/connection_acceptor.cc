@@ -136,8 +136,10 @@ void ConnectionAcceptor::Run() {
         if (fd >= 0) {
           const std::string reason = RefusalReason(fd);
           if (!reason.empty()) {
-            close(fd);
+            // Counted before the close, so that a client that sees its connection closed
+            // also sees it counted.
             refused_.fetch_add(1);
+            close(fd);
             int64_t suppressed = 0;
             if (RefusalLog().Allow(&suppressed)) {
               COIL_LOG(WARNING) << name_ << ": refused a connection: " << reason
