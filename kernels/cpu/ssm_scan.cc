@@ -215,13 +215,26 @@ COIL_AVX512 inline __m512 LoadState16(const StateT* h) {
 }
 
 // Stores 16 fp32 values as the state's type: bf16 rounded to nearest even as FloatToBf16
-// (integer operations, so every path gives the same bits; NaN stays NaN).
-template <typename StateT>
+// (integer operations, so every path gives the same bits; NaN stays NaN). kBf16Insn (only
+// where the CPU has AVX-512 BF16) rounds by one vcvtneps2bf16 instead, which agrees with
+// FloatToBf16 on every value but the denormals, which it flushes to zero: a vector holding
+// one (as good as never: a state decays through normal values for thousands of steps)
+// takes the integer operations. The instruction is written as assembly because the
+// functions around it are compiled for AVX-512F alone.
+template <typename StateT, bool kBf16Insn = false>
 COIL_AVX512 inline void StoreState16(StateT* h, __m512 v) {
   if constexpr (sizeof(StateT) == 4) {
     _mm512_storeu_ps(h, v);
   } else {
     const __m512i u = _mm512_castps_si512(v);
+    if (kBf16Insn && _mm512_mask_test_epi32_mask(
+                         _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)), u,
+                         _mm512_set1_epi32(0x007fffff)) == 0) {
+      __m256i r;
+      __asm__("vcvtneps2bf16 %1, %0" : "=v"(r) : "v"(v));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(h), r);
+      return;
+    }
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     __m512i r = _mm512_srli_epi32(
         _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
@@ -238,7 +251,7 @@ COIL_AVX512 inline void StoreState16(StateT* h, __m512 v) {
 // item's state (`next`, or null) is prefetched a row at a time, so a decode step streams
 // the states. Each row's 16 lane partials are added as lanes 0-7 + 8-15, and rows go 8 at a
 // time through the rest of the fold together (FoldRows8).
-template <typename StateT>
+template <typename StateT, bool kBf16Insn = false>
 COIL_AVX512 void RecurrenceStepAvx512(StateT* h, const float* x, const float* b, const float* c,
                                       float decay, float dtv, float d, int64_t p_count,
                                       int64_t n_count, float* y, const StateT* next) {
@@ -254,7 +267,7 @@ COIL_AVX512 void RecurrenceStepAvx512(StateT* h, const float* x, const float* b,
       for (int64_t n = 0; n < n_count; n += 16) {
         const __m512 v = _mm512_add_ps(_mm512_mul_ps(LoadState16(hp + n), dv),
                                        _mm512_mul_ps(xdt, _mm512_loadu_ps(b + n)));
-        StoreState16(hp + n, v);
+        StoreState16<StateT, kBf16Insn>(hp + n, v);
         acc = _mm512_add_ps(acc, _mm512_mul_ps(v, _mm512_loadu_ps(c + n)));
       }
       half[r] = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
@@ -920,7 +933,11 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
         const void* next = item + 1 < end ? state_of(item + 1) : nullptr;
         const float decay = ExpF(a * dtv);
         const bool avx512 = vector_form == SsdForm::kAvx512;
-        if (avx512 && bf16_state) {
+        if (avx512 && bf16_state && cpu.avx512_bf16) {
+          RecurrenceStepAvx512<uint16_t, true>(static_cast<uint16_t*>(slot_state), xt, bt, ct,
+                                               decay, dtv, dh, P, N, yt,
+                                               static_cast<const uint16_t*>(next));
+        } else if (avx512 && bf16_state) {
           RecurrenceStepAvx512(static_cast<uint16_t*>(slot_state), xt, bt, ct, decay, dtv, dh, P, N,
                                yt, static_cast<const uint16_t*>(next));
         } else if (avx512) {

@@ -6,7 +6,9 @@
 //    under that cap), SsmScan and MixerDecode case;
 //  - AVX2 with the portable loops: Matmul with bf16 weights (bf16 products are exact, so an
 //    FMA rounds as a multiply then an add) and MixerDecode (single-token runs: the
-//    recurrence, fp32 and bf16 state).
+//    recurrence, fp32 and bf16 state);
+//  - AVX2 with the AVX-512 BF16 forms: MixerDecode (a bf16 state rounded by vcvtneps2bf16,
+//    denormals included).
 // A machine without AVX2 skips; one without AVX-512 checks the second list only.
 #include <unistd.h>
 
@@ -102,6 +104,8 @@ bool ExactOnEveryForm(const std::string& name) {
   return absl::StartsWith(name, "Matmul/bf16") || absl::StartsWith(name, "MixerDecode");
 }
 
+bool MixerDecodeCases(const std::string& name) { return absl::StartsWith(name, "MixerDecode"); }
+
 TEST(IsaBitsTest, FormsThatClaimTheSameBitsGiveThem) {
   const CpuFeatures& cpu = CpuFeatures::Get();
   if (!cpu.avx2_fma) GTEST_SKIP() << "this CPU has no AVX2 and FMA";
@@ -113,6 +117,10 @@ TEST(IsaBitsTest, FormsThatClaimTheSameBitsGiveThem) {
   if (cpu.avx512) {
     const auto avx512 = HashesUnder("avx512");
     ExpectSameBits(avx2, "avx2", avx512, "avx512", &Fp32Forms);
+  }
+  if (cpu.avx512_bf16) {
+    const auto avx512_bf16 = HashesUnder("avx512_bf16");
+    ExpectSameBits(avx2, "avx2", avx512_bf16, "avx512_bf16", &MixerDecodeCases);
   }
 }
 

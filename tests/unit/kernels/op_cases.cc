@@ -612,6 +612,9 @@ class GatedRmsNormCase : public OpCase {
 struct MixerShape {
   int64_t heads, headdim, d_state, groups, width;
   DType state_dtype = DType::kF32;  // the SSM state pool's type
+  // The state at about 1e-39 and dt at about e^-95: the step's new state values are fp32
+  // denormals, which every path must round to bf16 alike.
+  bool denormal_state = false;
 };
 
 // MixerDecodeSumSquares in place of MixerDecode when `sums`; heads_per_group and first_head
@@ -637,7 +640,7 @@ class MixerDecodeCase : public OpCase {
     return absl::StrCat(out_dtype_ == DType::kBF16 ? "outbf16" : "f32", "_h", s_.heads, "_p",
                         s_.headdim, "_ds", s_.d_state, "_g", s_.groups, "_w", s_.width,
                         s_.state_dtype == DType::kBF16 ? "_statebf16" : "",
-                        sums_.heads_per_group > 0 ? absl::StrCat("_hpg", sums_.heads_per_group,
+                        s_.denormal_state ? "_denormal" : "", sums_.heads_per_group > 0 ? absl::StrCat("_hpg", sums_.heads_per_group,
                                                                  "_first", sums_.first_head)
                                                   : "",
                         "_runs", RunsName(runs_), "_rows", state_rows_, mix_.Name());
@@ -662,10 +665,14 @@ class MixerDecodeCase : public OpCase {
     conv_b_ = RandomFloats(rng, c_);
     a_log_ = RandomFloats(rng, s_.heads, 0.0f, 2.5f);
     d_ = RandomFloats(rng, s_.heads);
-    dt_bias_ = RandomFloats(rng, s_.heads, -4.0f, -1.0f);
+    dt_bias_ = s_.denormal_state ? RandomFloats(rng, s_.heads, -96.0f, -94.0f)
+                                 : RandomFloats(rng, s_.heads, -4.0f, -1.0f);
     norm_w_ = RandomFloats(rng, e_, 0.5f, 1.5f);
     conv_state_ = RandomFloats(rng, (state_rows_ + 1) * (s_.width - 1) * c_);
     ssm_state_ = RandomFloats(rng, (state_rows_ + 1) * e_ * s_.d_state);
+    if (s_.denormal_state) {
+      for (float& v : ssm_state_) v *= 2e-39f;
+    }
     ssm_state_ = Decode(Encode(ssm_state_, s_.state_dtype), s_.state_dtype);
   }
   absl::Status Prepare(Backend& backend) override {
@@ -1506,6 +1513,9 @@ std::vector<std::unique_ptr<OpCase>> TestOpCases() {
   cases.push_back(std::make_unique<MixerDecodeCase>(
       MixerShape{4, 64, 128, 1, 4, DType::kBF16}, std::vector<int32_t>{1, 1, 1, 0, 1}, 7,
       DType::kBF16, BatchMix{.fresh_every = 2}));
+  cases.push_back(std::make_unique<MixerDecodeCase>(
+      MixerShape{2, 64, 128, 1, 4, DType::kBF16, /*denormal_state=*/true},
+      std::vector<int32_t>{1, 1, 0, 1}, 4));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(5, 96, 2));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(3, 50, 1));
   cases.push_back(std::make_unique<GatedSumSquaresCase>(4, 999, 3, true));
