@@ -227,13 +227,17 @@ COIL_AVX512 inline void StoreState16(StateT* h, __m512 v) {
     _mm512_storeu_ps(h, v);
   } else {
     const __m512i u = _mm512_castps_si512(v);
-    if (kBf16Insn && _mm512_mask_test_epi32_mask(
-                         _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)), u,
-                         _mm512_set1_epi32(0x007fffff)) == 0) {
-      __m256i r;
-      __asm__("vcvtneps2bf16 %1, %0" : "=v"(r) : "v"(v));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(h), r);
-      return;
+    if constexpr (kBf16Insn) {
+      // Denormals: exponent bits all 0, mantissa bits not.
+      const __mmask16 denormal =
+          _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)), u,
+                                      _mm512_set1_epi32(0x007fffff));
+      if (denormal == 0) {
+        __m256i r;
+        __asm__("vcvtneps2bf16 %1, %0" : "=v"(r) : "v"(v));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(h), r);
+        return;
+      }
     }
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     __m512i r = _mm512_srli_epi32(
@@ -933,13 +937,15 @@ void CpuSsmScan(const CpuContext& ctx, const Tensor& x, const Tensor& dt, const 
         const void* next = item + 1 < end ? state_of(item + 1) : nullptr;
         const float decay = ExpF(a * dtv);
         const bool avx512 = vector_form == SsdForm::kAvx512;
-        if (avx512 && bf16_state && cpu.avx512_bf16) {
-          RecurrenceStepAvx512<uint16_t, true>(static_cast<uint16_t*>(slot_state), xt, bt, ct,
-                                               decay, dtv, dh, P, N, yt,
-                                               static_cast<const uint16_t*>(next));
-        } else if (avx512 && bf16_state) {
-          RecurrenceStepAvx512(static_cast<uint16_t*>(slot_state), xt, bt, ct, decay, dtv, dh, P, N,
-                               yt, static_cast<const uint16_t*>(next));
+        if (avx512 && bf16_state) {
+          auto* const state = static_cast<uint16_t*>(slot_state);
+          const auto* const next_state = static_cast<const uint16_t*>(next);
+          if (cpu.avx512_bf16) {
+            RecurrenceStepAvx512<uint16_t, true>(state, xt, bt, ct, decay, dtv, dh, P, N, yt,
+                                                 next_state);
+          } else {
+            RecurrenceStepAvx512(state, xt, bt, ct, decay, dtv, dh, P, N, yt, next_state);
+          }
         } else if (avx512) {
           RecurrenceStepAvx512(static_cast<float*>(slot_state), xt, bt, ct, decay, dtv, dh, P, N,
                                yt, static_cast<const float*>(next));

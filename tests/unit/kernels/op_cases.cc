@@ -641,7 +641,8 @@ class MixerDecodeCase : public OpCase {
     return absl::StrCat(out_dtype_ == DType::kBF16 ? "outbf16" : "f32", "_h", s_.heads, "_p",
                         s_.headdim, "_ds", s_.d_state, "_g", s_.groups, "_w", s_.width,
                         s_.state_dtype == DType::kBF16 ? "_statebf16" : "",
-                        s_.denormal_state ? "_denormal" : "", sums_.heads_per_group > 0 ? absl::StrCat("_hpg", sums_.heads_per_group,
+                        s_.denormal_state ? "_denormal" : "",
+                        sums_.heads_per_group > 0 ? absl::StrCat("_hpg", sums_.heads_per_group,
                                                                  "_first", sums_.first_head)
                                                   : "",
                         "_runs", RunsName(runs_), "_rows", state_rows_, mix_.Name());
