@@ -22,8 +22,8 @@ StreamFinish ToStreamFinish(FinishReason reason) {
   }
 }
 
-// The request counters, by how a stream ended.
-void CountOutcome(metrics::CoilMetrics* metrics, const StreamOutcome& outcome) {
+// The request counters, by how a request ended.
+void Count(metrics::CoilMetrics* metrics, const StreamOutcome& outcome) {
   if (metrics == nullptr) return;
   if (outcome.code != absl::StatusCode::kOk) {
     metrics->RequestsFailed(outcome.code).Increment();
@@ -59,8 +59,6 @@ EngineLoop::~EngineLoop() {
 void EngineLoop::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 absl::Status EngineLoop::Submit(std::shared_ptr<RequestStream> stream, GenerationInput input) {
-  metrics::CoilMetrics* metrics = metrics_;  // outlives every stream's end
-  stream->ObserveEnd([metrics](const StreamOutcome& outcome) { CountOutcome(metrics, outcome); });
   absl::Status refusal;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -91,8 +89,11 @@ void EngineLoop::Cancel(uint64_t request_id) {
   wake_.notify_one();
 }
 
-void EngineLoop::CountRefused(const absl::Status& status) {
-  CountOutcome(metrics_, StreamOutcome{StreamFinish::kNone, status.code()});
+void EngineLoop::CountOutcome(const StreamOutcome& outcome) { Count(metrics_, outcome); }
+
+RequestStream::EndObserver EngineLoop::OutcomeCounter() {
+  metrics::CoilMetrics* metrics = metrics_;  // outlives every stream's end
+  return [metrics](const StreamOutcome& outcome) { Count(metrics, outcome); };
 }
 
 void EngineLoop::BeginDrain(std::chrono::milliseconds grace) {
@@ -415,7 +416,7 @@ void EngineLoop::End(uint64_t request_id, Active& active, StreamBatch batch, Str
   final.time_to_first_token_seconds =
       active.first_token.has_value() ? SecondsBetween(active.arrival, *active.first_token) : 0.0;
   final.total_seconds = SecondsBetween(active.arrival, now);
-  // The counters move when the stream ends (RequestStream's end observer), once.
+  // The request counters move where the front end ends the request (CountOutcome), once.
   if (metrics_ != nullptr) metrics_->request_latency().Observe(final.total_seconds);
   batch.final = std::move(final);
   active.stream->Push(std::move(batch));

@@ -4,8 +4,8 @@
 // result, detokenizes each new token incrementally, matches stop strings across token
 // boundaries (holding back text that may begin one) and pushes the output into each
 // request's RequestStream. Invariant: only the loop's thread calls the scheduler and the
-// executor (hence MPI); when no request is live it sleeps on a condition variable. Every
-// request submitted is counted once, when its stream ends, by how it ended; when the
+// executor (hence MPI); when no request is live it sleeps on a condition variable. The
+// front ends count each request once, by how its client saw it end (CountOutcome); when the
 // engine fails (a rank lost), every stream it holds ends with the failure, from whichever
 // thread reports it, even while the loop's thread is stuck in a step that cannot finish.
 #ifndef COIL_ENGINE_ENGINE_LOOP_H_
@@ -74,16 +74,24 @@ class EngineLoop {
   uint64_t NextRequestId() { return next_request_id_.fetch_add(1); }
 
   // Queues a validated request whose output goes to `stream` (stream->request_id() is its
-  // id); from here on the engine counts the request when its stream ends. While draining
-  // or failed the request is refused: the refusal (UNAVAILABLE) ends the stream and is
-  // returned. A full queue is reported through the stream (RESOURCE_EXHAUSTED) when the
-  // loop takes the request.
+  // id). While draining or failed the request is refused: the refusal (UNAVAILABLE) ends
+  // the stream and is returned. A full queue is reported through the stream
+  // (RESOURCE_EXHAUSTED) when the loop takes the request. The front end that owns the
+  // stream counts the request, once, as its client saw it end (CountOutcome).
   absl::Status Submit(std::shared_ptr<RequestStream> stream, GenerationInput input);
   // Removes a request at the next step boundary and frees its row and pages (the caller
   // has ended its stream, e.g. with CANCELLED).
   void Cancel(uint64_t request_id);
-  // Counts a request refused before it reached Submit (e.g. by validation).
-  void CountRefused(const absl::Status& status);
+  // Counts one request by how it ended (the request counters of the metrics). Every
+  // request that reaches a front end is counted exactly once, whether it was refused
+  // before Submit or not; any thread.
+  void CountOutcome(const StreamOutcome& outcome);
+  void CountRefused(const absl::Status& status) {
+    CountOutcome(StreamOutcome{StreamFinish::kNone, status.code()});
+  }
+  // An end observer that counts a stream's outcome when it ends (RequestStream::ObserveEnd):
+  // for a front end whose streams end where its client sees them end.
+  RequestStream::EndObserver OutcomeCounter();
 
   // Stops taking requests; in-flight ones run until `grace` passes, then end with
   // UNAVAILABLE (the client may retry elsewhere); then the workers are shut down and the

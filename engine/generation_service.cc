@@ -21,6 +21,17 @@ using coil::v1::GenerateResponse;
 
 constexpr std::chrono::milliseconds kDeadlineSlack{100};
 
+// Why a call ended before the server finished it, as its client sees it. The client's own
+// deadline timer cancels the call too, and its cancellation can arrive a little before this
+// server's copy of the deadline (which started when the call arrived): one that close to
+// the deadline is the deadline.
+absl::Status CallEnded(const grpc::CallbackServerContext& context) {
+  if (context.deadline() <= std::chrono::system_clock::now() + kDeadlineSlack) {
+    return absl::DeadlineExceededError("the request's deadline passed");
+  }
+  return absl::CancelledError("the request was cancelled by the client");
+}
+
 coil::v1::FinishReason ToProto(StreamFinish reason) {
   switch (reason) {
     case StreamFinish::kLength: return coil::v1::FINISH_REASON_LENGTH;
@@ -43,6 +54,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // Refuses the call at once.
   void Refuse(const absl::Status& status) {
     finished_ = true;
+    outcome_ = StreamOutcome{StreamFinish::kNone, status.code()};
     Finish(ToGrpcStatus(status));
   }
 
@@ -56,6 +68,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     if (finished_) return;
     if (!batch.error.ok()) {
       finished_ = true;
+      outcome_ = StreamOutcome{StreamFinish::kNone, batch.error.code()};
       Finish(ToGrpcStatus(batch.error));
       return;
     }
@@ -91,6 +104,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
           final.time_to_first_token_seconds);
       response_.mutable_timings()->set_total_seconds(final.total_seconds);
       finished_ = true;
+      outcome_ = StreamOutcome{final.reason, absl::StatusCode::kOk};
       Serialize();
       StartWriteAndFinish(&bytes_, grpc::WriteOptions(), grpc::Status::OK);
       return;
@@ -107,23 +121,24 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 
   void OnCancel() override {
     // The client cancelled or its deadline passed: end the call now (the stream drops
-    // whatever the engine pushes later; this end is the one counted) and free the row at
-    // the next step boundary.
+    // whatever the engine pushes later) and free the row at the next step boundary.
+    ended_early_ = CallEnded(*context_);
     if (stream_ == nullptr) return;  // refused before it reached the engine
     StreamBatch cancelled;
-    // The client's own deadline timer cancels the call too, and its cancellation can
-    // arrive a little before this server's copy of the deadline (which started when the
-    // call arrived): one that close to the deadline is the deadline.
-    if (context_->deadline() <= std::chrono::system_clock::now() + kDeadlineSlack) {
-      cancelled.error = absl::DeadlineExceededError("the request's deadline passed");
-    } else {
-      cancelled.error = absl::CancelledError("the request was cancelled by the client");
-    }
+    cancelled.error = ended_early_;
     stream_->Push(std::move(cancelled));
     engine_.Cancel(stream_->request_id());
   }
 
   void OnDone() override {
+    // Counted once, here, where gRPC knows whether the status reached the client: a call
+    // cancelled (or past its deadline) before the status went out ended for its client
+    // with that, whatever the server was about to send.
+    if (context_->IsCancelled()) {
+      const absl::Status ended = ended_early_.ok() ? CallEnded(*context_) : ended_early_;
+      outcome_ = StreamOutcome{StreamFinish::kNone, ended.code()};
+    }
+    engine_.CountOutcome(outcome_);
     if (stream_ != nullptr) stream_->Detach();
     delete this;  // NOLINT: gRPC's callback API ends a reactor's life here
   }
@@ -145,6 +160,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   grpc::ByteBuffer bytes_;
   bool sent_request_id_ = false;  // guarded like finished_
   bool finished_ = false;         // guarded by the stream's lock once attached
+  StreamOutcome outcome_;         // what the status sent says, set with finished_
+  absl::Status ended_early_;      // how the call ended, when OnCancel came
 };
 
 // The request as plain values, its prompt tokenized.
@@ -202,10 +219,13 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
   auto* reactor = new GenerateReactor(engine_, tokenizer_, context);  // NOLINT: deleted in OnDone
   auto refuse = [&](const absl::Status& status) {
-    engine_.CountRefused(status);
-    reactor->Refuse(status);
+    reactor->Refuse(status);  // counted when the call is done
     return reactor;
   };
+  // A call that ended before gRPC read its message (cancelled, or past its deadline, while
+  // it waited in gRPC's queue on a busy server) reaches this handler with no message at
+  // all. It is counted as the client saw it end, not as an empty request.
+  if (!bytes->Valid() || context->IsCancelled()) return refuse(CallEnded(*context));
   GenerateRequest request;
   if (const absl::Status parsed = ParseRequestBuffer(*bytes, request); !parsed.ok()) {
     LogMalformedRequest("Generate", parsed);

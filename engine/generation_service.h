@@ -25,8 +25,8 @@ using RawGenerationService = coil::v1::Generation::WithRawCallbackMethod_Generat
 class GenerationService final : public RawGenerationService {
  public:
   // `static_info` holds the fields of GetModelInfo that never change; the live budgets
-  // come from the loop. Every reference must outlive the service. Requests are counted
-  // by the engine (refusals before it through EngineLoop::CountRefused).
+  // come from the loop. Every reference must outlive the service. Each Generate call is
+  // counted once (EngineLoop::CountOutcome), as its client saw it end.
   GenerationService(EngineLoop& engine, const tokenizer::Tokenizer& tokenizer,
                     const ServingLimits& limits, coil::v1::ModelInfo static_info)
       : engine_(engine),

@@ -4,8 +4,9 @@
 // that piled up meanwhile as one batch. Invariant: the listener is reached only under the
 // stream's mutex, and Detach (the call is over) clears it under that mutex, so the engine
 // never touches a call that gRPC has already destroyed. A stream ends exactly once (the
-// first ending event wins, whoever pushes it), which is where its outcome is counted.
-// Free of gRPC types on purpose.
+// first ending event wins, whoever pushes it), which is where a front end that wants it
+// (the HTTP API, through the end observer) counts its outcome. Free of gRPC types on
+// purpose.
 #ifndef COIL_ENGINE_REQUEST_STREAM_H_
 #define COIL_ENGINE_REQUEST_STREAM_H_
 

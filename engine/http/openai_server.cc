@@ -156,6 +156,8 @@ class Exchange {
       const uint64_t engine_id = engine_.NextRequestId();
       choice.stream = std::make_shared<RequestStream>(engine_id, absl::StrCat(id_, "-", i));
       choice.stream->Attach(&choice.listener);
+      // Counted when its stream ends: a refusal or the end of its output.
+      choice.stream->ObserveEnd(engine_.OutcomeCounter());
       const absl::Status submitted = engine_.Submit(choice.stream, request_.choices[i].input);
       if (!submitted.ok()) {
         choice.ended = true;  // never reached the engine
