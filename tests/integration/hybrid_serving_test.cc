@@ -7,9 +7,11 @@
 // (the gauges and the info say so: nothing leaked). With the prefix cache (on by default), a
 // prompt that shares 20 tokens with an earlier one resumes at 16 (nemotron-tiny's chunk is
 // 8) from its snapshot, whose KV pages it shares, and gives the tokens of a server without
-// the cache, at TP1 and TP2.
+// the cache, at TP1 and TP2. Fifty streams under that small budget, with cancels and
+// deadlines mixed in, give the same tokens (or a prefix of them), and leave nothing held.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iterator>
@@ -198,6 +200,107 @@ TEST(HybridServingTest, PreemptionUnderASmallKvBudgetGivesTheTokensOfALargeOne) 
     // And once more, now that every page has been used and freed at least once.
     EXPECT_EQ(Together(small->client()), alone);
     ExpectEverythingFree(*small, kSmallPages);
+  }
+}
+
+// The request counters' sum on a page of /metrics.
+double RequestsCounted(const std::string& page) {
+  double total = 0;
+  for (size_t at = 0; at < page.size();) {
+    size_t end = page.find('\n', at);
+    if (end == std::string::npos) end = page.size();
+    const std::string line = page.substr(at, end - at);
+    at = end + 1;
+    if (line.rfind("coil_requests_finished_total{", 0) != 0 &&
+        line.rfind("coil_requests_failed_total{", 0) != 0) {
+      continue;
+    }
+    total += std::stod(line.substr(line.find("} ") + 2));
+  }
+  return total;
+}
+
+// 50 streams at once under a KV budget that holds three, at TP1 and TP2, with cancels
+// (after a few tokens) and deadlines mixed in: every stream that finishes has the tokens
+// its request gives alone, every abandoned one streamed a prefix of them, the server
+// preempted, counted each request once, and has every row and page free afterwards.
+TEST(HybridServingTest, FiftyStreamsWithCancelsAndDeadlinesUnderPreemption) {
+  constexpr int kStreams = 50;
+  auto request = [](int i) {
+    coil::v1::GenerateRequest r = Request(i % kRequests);
+    r.mutable_token_ids()->set_ids(1, 9 + 3 * i);  // 50 distinct prompts
+    r.set_request_id(absl::StrCat("stream-", i));
+    return r;
+  };
+  std::vector<std::vector<int32_t>> alone(kStreams);
+  {
+    std::unique_ptr<ServerProcess> large = Start(1, 400);
+    ASSERT_TRUE(large);
+    for (int i = 0; i < kStreams; ++i) {
+      auto generation = large->client().Generate(request(i));
+      ASSERT_TRUE(generation.ok()) << generation.status();
+      alone[i] = generation->token_ids;
+    }
+  }
+  for (const int ranks : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("TP", ranks));
+    std::unique_ptr<ServerProcess> small = Start(ranks, kSmallPages);
+    ASSERT_TRUE(small);
+    auto before = small->FetchMetrics();
+    ASSERT_TRUE(before.ok()) << before.status();
+    std::vector<std::vector<int32_t>> streamed(kStreams);
+    std::vector<absl::Status> statuses(kStreams);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kStreams; ++i) {
+      threads.emplace_back([&, i] {
+        CallOptions options;
+        // Every fifth stream stops reading after a few responses (a cancel); every fifth
+        // but one has a deadline that a stream waiting behind the others outlives.
+        const int cancel_after = i % 5 == 3 ? 1 + i % 4 : 0;
+        if (i % 5 == 4) options.timeout = std::chrono::milliseconds(150 * TimeScale());
+        int responses = 0;
+        auto generation = small->client().Generate(
+            request(i),
+            [&](const coil::v1::GenerateResponse& response) {
+              streamed[i].insert(streamed[i].end(), response.token_ids().begin(),
+                                 response.token_ids().end());
+              return cancel_after == 0 || ++responses < cancel_after;
+            },
+            options);
+        statuses[i] = generation.status();
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    int finished = 0;
+    int abandoned = 0;
+    for (int i = 0; i < kStreams; ++i) {
+      const std::vector<int32_t>& got = streamed[i];
+      if (statuses[i].ok()) {
+        ++finished;
+        EXPECT_EQ(got, alone[i]) << "stream " << i;
+        continue;
+      }
+      ++abandoned;
+      const bool expected_code =
+          statuses[i].code() == (i % 5 == 3 ? absl::StatusCode::kCancelled
+                                            : absl::StatusCode::kDeadlineExceeded);
+      EXPECT_TRUE(expected_code && i % 5 >= 3) << "stream " << i << ": " << statuses[i];
+      ASSERT_LE(got.size(), alone[i].size()) << "stream " << i;
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), alone[i].begin())) << "stream " << i;
+    }
+    EXPECT_GE(finished, kStreams * 3 / 5);
+    EXPECT_GT(abandoned, 0);
+    ExpectEverythingFree(*small, kSmallPages);
+    // A call is counted when gRPC is done with it, a moment after its client returns.
+    absl::StatusOr<std::string> after;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      after = small->FetchMetrics();
+      ASSERT_TRUE(after.ok()) << after.status();
+      if (RequestsCounted(*after) - RequestsCounted(*before) >= kStreams) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_GT(MetricValue(*after, "coil_preemptions_total"), 0.0);
+    EXPECT_EQ(RequestsCounted(*after) - RequestsCounted(*before), kStreams);
   }
 }
 
