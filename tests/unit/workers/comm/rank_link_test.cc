@@ -1,0 +1,131 @@
+// The rank links without MPI: a rank connects to rank 0's listener over loopback and is
+// acknowledged, a connection with the wrong token is refused, a peer that leaves writes
+// the leave byte before its end, and a peer whose socket closes without it reads as closed.
+#include "workers/comm/rank_link.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace coil::comm {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Rank 0's side: accepts one connection and reads its hello until it is complete or fails.
+absl::StatusOr<int> AcceptOne(const Fd& listener, uint64_t token, Fd* accepted) {
+  pollfd entry{listener.get(), POLLIN, 0};
+  if (poll(&entry, 1, 10000) != 1) return absl::DeadlineExceededError("nobody connected");
+  PendingLink pending;
+  pending.fd = Fd(accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  for (int i = 0; i < 1000; ++i) {
+    absl::StatusOr<int> rank = ReadHello(pending, token);
+    if (!rank.ok() || *rank >= 0) {
+      *accepted = std::move(pending.fd);
+      return rank;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return absl::DeadlineExceededError("the hello never completed");
+}
+
+// Reads `link` until it reports closed (at most ~10 s); false if it never does.
+bool WaitClosed(const Fd& link, bool& left) {
+  for (int i = 0; i < 1000; ++i) {
+    if (!ReadLink(link, left)) return true;
+    pollfd entry{link.get(), POLLIN, 0};
+    poll(&entry, 1, 10);
+  }
+  return false;
+}
+
+TEST(RankLinkTest, ListensOnAFreePortWithLoopbackLast) {
+  LinkAddress address;
+  absl::StatusOr<Fd> listener = ListenForLinks(address);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  EXPECT_NE(address.port, 0);
+  ASSERT_GT(address.count, 0);
+  EXPECT_EQ(ntohl(address.addresses[address.count - 1]) >> 24, 127u);
+  EXPECT_EQ(std::string(address.host), LinkHostName());
+}
+
+TEST(RankLinkTest, ARankConnectsAndItsLeaveByteComesBeforeTheEnd) {
+  LinkAddress address;
+  absl::StatusOr<Fd> listener = ListenForLinks(address);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  absl::StatusOr<Fd> link = absl::UnknownError("not run");
+  std::thread rank1([&] { link = ConnectLink(address, 1, milliseconds(5000)); });
+  Fd accepted;
+  absl::StatusOr<int> rank = AcceptOne(*listener, address.token, &accepted);
+  rank1.join();
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  EXPECT_EQ(*rank, 1);
+  ASSERT_TRUE(link.ok()) << link.status();
+
+  bool left = false;
+  EXPECT_TRUE(ReadLink(accepted, left));  // open, nothing yet
+  EXPECT_FALSE(left);
+  WriteLeave(*link);
+  link->Close();
+  ASSERT_TRUE(WaitClosed(accepted, left));
+  EXPECT_TRUE(left);
+}
+
+TEST(RankLinkTest, AKilledProcesssLinkClosesAtOnce) {
+  LinkAddress address;
+  absl::StatusOr<Fd> listener = ListenForLinks(address);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    absl::StatusOr<Fd> link = ConnectLink(address, 2, milliseconds(5000));
+    if (!link.ok()) _exit(1);
+    pause();  // until killed
+    _exit(0);
+  }
+  Fd accepted;
+  absl::StatusOr<int> rank = AcceptOne(*listener, address.token, &accepted);
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  EXPECT_EQ(*rank, 2);
+  const auto killed = std::chrono::steady_clock::now();
+  kill(child, SIGKILL);
+  bool left = false;
+  ASSERT_TRUE(WaitClosed(accepted, left));
+  const auto noticed = std::chrono::steady_clock::now() - killed;
+  EXPECT_FALSE(left);
+  EXPECT_LT(noticed, milliseconds(2000));
+  waitpid(child, nullptr, 0);
+}
+
+TEST(RankLinkTest, AWrongTokenIsRefused) {
+  LinkAddress address;
+  absl::StatusOr<Fd> listener = ListenForLinks(address);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  LinkAddress other = address;
+  other.token ^= 1;
+  absl::StatusOr<Fd> link = absl::UnknownError("not run");
+  std::thread stranger([&] { link = ConnectLink(other, 1, milliseconds(1000)); });
+  Fd accepted;
+  absl::StatusOr<int> rank = AcceptOne(*listener, address.token, &accepted);
+  accepted.Close();  // rank 0 closes what is not a rank's
+  stranger.join();
+  EXPECT_EQ(rank.status().code(), absl::StatusCode::kPermissionDenied) << rank.status();
+  EXPECT_FALSE(link.ok());
+}
+
+TEST(RankLinkTest, NoListenerIsAClearError) {
+  LinkAddress address;  // port 0
+  absl::StatusOr<Fd> link = ConnectLink(address, 1, milliseconds(100));
+  EXPECT_EQ(link.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace coil::comm
