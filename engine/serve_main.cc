@@ -183,6 +183,12 @@ class FailureHandler {
     Exit(status);
   }
 
+  // Whether a failure has been handled (the process is about to exit with status 3).
+  bool failed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_;
+  }
+
   // The engine's failure callback: new requests are refused; the streams end next.
   void EndServing(const absl::Status& status) {
     grpc::Server* server = nullptr;
@@ -568,6 +574,13 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
   // The signals stay blocked in every thread; this thread takes them synchronously.
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
+  if (failures.failed()) {
+    // mpirun's kill sequence after a lost rank (its SIGTERM comes odls_base_sigkill_timeout
+    // after the death): the failure handler is already ending the process with status 3,
+    // which a drain, waiting for the lost rank, would only race.
+    COIL_LOG(INFO) << "signal " << signal_number << " after the job lost a rank: not draining";
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   const int drain_seconds = std::max(0, absl::GetFlag(FLAGS_drain_timeout));
   COIL_LOG(INFO) << "signal " << signal_number << ": draining (up to " << drain_seconds
                  << " s for in-flight requests)";
