@@ -104,7 +104,7 @@ check "COIL_DEVICE=tpu" expect_usage_error COIL_DEVICE COIL_MODEL=/m COIL_DEVICE
   finish || status=$?
   root=()
   [[ $(id -u) -eq 0 ]] && root=(--allow-run-as-root)
-  expected=(-np 2 --mca btl_vader_single_copy_mechanism none --mca odls_base_sigkill_timeout 3
+  expected=(-np 2 --mca btl_vader_single_copy_mechanism none --mca odls_base_sigkill_timeout 1
     "${root[@]}" --bind-to none coil-serve --model /models/m --host 0.0.0.0 --port 7000
     --metrics-port 7001 --drain-timeout 30 --device cuda --tokenizer /models/m/tokenizer.json
     --state-rows 64 --kv-pages 128 --block-size 16 --memory-budget 8GiB --max-num-seqs 32
