@@ -201,12 +201,14 @@ class FailureHandler {
       server = server_;
     }
     if (server != nullptr) server->GetHealthCheckService()->SetServingStatus(false);
-    std::thread([this, status] {
-      runtime_.EndJob(status, std::chrono::seconds(1));
+    // The final statuses already queued get a second to leave, while new calls are refused
+    // UNAVAILABLE by the failed engine (gRPC's own shutdown would cancel them); telling the
+    // other ranks runs meanwhile (a send to a dead rank never completes: it waits it out).
+    const auto exit_at = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    std::thread([this, status, exit_at] {
+      runtime_.EndJob(status, std::chrono::milliseconds(800));
       runtime_.AbortCollectives();
-      // The final statuses already queued get a moment to leave, while new calls are
-      // refused UNAVAILABLE by the failed engine (gRPC's own shutdown would cancel them).
-      std::this_thread::sleep_for(std::chrono::seconds(1));
+      std::this_thread::sleep_until(exit_at);
       std::fprintf(stderr, "coil-serve: %s; exiting with status %d\n",
                    std::string(status.message()).c_str(), kRankFailureExit);
       std::_Exit(kRankFailureExit);
