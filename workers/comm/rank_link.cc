@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -84,6 +85,16 @@ absl::StatusOr<Fd> TryConnect(uint32_t address, uint16_t port, const char (&hell
 
 }  // namespace
 
+std::pair<int, int> LinkPortRange() {
+  const char* min = std::getenv("OMPI_MCA_btl_tcp_port_min_v4");
+  if (min == nullptr || std::atoi(min) <= 0 || std::atoi(min) > 65535) return {0, 0};
+  const int first = std::atoi(min);
+  const char* range = std::getenv("OMPI_MCA_btl_tcp_port_range_v4");
+  // Open MPI's own default range: every port from the minimum up.
+  const int count = range != nullptr && std::atoi(range) > 0 ? std::atoi(range) : 65535 - first + 1;
+  return {first, std::min(65535, first + count - 1)};
+}
+
 Fd& Fd::operator=(Fd&& other) noexcept {
   if (this != &other) {
     Close();
@@ -111,10 +122,16 @@ absl::StatusOr<Fd> ListenForLinks(LinkAddress& address) {
   sockaddr_in any{};
   any.sin_family = AF_INET;
   any.sin_addr.s_addr = htonl(INADDR_ANY);
-  any.sin_port = 0;
-  if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&any), sizeof(any)) != 0 ||
-      listen(fd.get(), 64) != 0) {
-    return absl::UnavailableError(absl::StrCat("listening on a free port: ", ErrnoText(errno)));
+  const auto [first, last] = LinkPortRange();
+  std::string where = first == 0 ? "any free port" : absl::StrCat("ports ", first, "-", last);
+  bool bound_one = false;
+  for (int port = first; port <= last && !bound_one; ++port) {
+    any.sin_port = htons(static_cast<uint16_t>(port));
+    bound_one = bind(fd.get(), reinterpret_cast<const sockaddr*>(&any), sizeof(any)) == 0;
+    if (!bound_one && errno != EADDRINUSE) break;
+  }
+  if (!bound_one || listen(fd.get(), 64) != 0) {
+    return absl::UnavailableError(absl::StrCat("listening on ", where, ": ", ErrnoText(errno)));
   }
   sockaddr_in bound{};
   socklen_t length = sizeof(bound);

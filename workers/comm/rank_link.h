@@ -7,7 +7,9 @@
 // taken for a death. A stopped process, or a host that is cut off, keeps its connection
 // open: the heartbeats (--rank-timeout) cover those.
 //
-// Rank 0 listens on every IPv4 interface, on a free port, and broadcasts the port, its
+// Rank 0 listens on every IPv4 interface, on a free port (within Open MPI's TCP port range
+// when one is set, btl_tcp_port_min_v4 and btl_tcp_port_range_v4, so that a firewall that
+// lets MPI through lets the link through too), and broadcasts the port, its
 // addresses, its host's name and a random token over MPI. Each other rank connects to the
 // first address that answers (loopback first when it runs on rank 0's host), sends the
 // token and its rank, and waits for rank 0's one-byte acknowledgement, so that a stray
@@ -18,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -56,6 +59,11 @@ struct LinkAddress {
 
 // The byte a rank writes on its link when it leaves the job normally.
 constexpr char kLinkLeave = 'L';
+
+// The ports the listener may use: Open MPI's TCP range from the environment mpirun gives
+// its ranks (OMPI_MCA_btl_tcp_port_min_v4, OMPI_MCA_btl_tcp_port_range_v4), else {0, 0}
+// (any free port).
+std::pair<int, int> LinkPortRange();
 
 // Rank 0: a non-blocking listening socket on every IPv4 interface and a free port, and the
 // record describing it (with a fresh token).

@@ -11,8 +11,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <thread>
+#include <utility>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace coil::comm {
@@ -119,6 +123,30 @@ TEST(RankLinkTest, AWrongTokenIsRefused) {
   stranger.join();
   EXPECT_EQ(rank.status().code(), absl::StatusCode::kPermissionDenied) << rank.status();
   EXPECT_FALSE(link.ok());
+}
+
+// Within Open MPI's TCP port range when mpirun sets one (a firewall lets MPI through there).
+TEST(RankLinkTest, ListensWithinOpenMpisPortRange) {
+  // Two ports of a range: the first taken by another listener, so the link takes the second.
+  LinkAddress taken;
+  setenv("OMPI_MCA_btl_tcp_port_min_v4", "0", 1);
+  absl::StatusOr<Fd> first = ListenForLinks(taken);  // any free port
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string min = std::to_string(taken.port);
+  setenv("OMPI_MCA_btl_tcp_port_min_v4", min.c_str(), 1);
+  setenv("OMPI_MCA_btl_tcp_port_range_v4", "2", 1);
+  EXPECT_EQ(LinkPortRange(), std::make_pair(int{taken.port}, taken.port + 1));
+  LinkAddress address;
+  absl::StatusOr<Fd> second = ListenForLinks(address);
+  if (second.ok()) {
+    EXPECT_EQ(address.port, taken.port + 1);
+  } else {
+    // The port after it was in use by something else on this machine.
+    EXPECT_THAT(std::string(second.status().message()), ::testing::HasSubstr("ports "));
+  }
+  unsetenv("OMPI_MCA_btl_tcp_port_min_v4");
+  unsetenv("OMPI_MCA_btl_tcp_port_range_v4");
+  EXPECT_EQ(LinkPortRange(), std::make_pair(0, 0));
 }
 
 TEST(RankLinkTest, NoListenerIsAClearError) {
