@@ -23,6 +23,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr char kAck = 'A';
+constexpr char kConfirm = 'C';
 
 bool IsLoopback(uint32_t address) { return (ntohl(address) >> 24) == 127; }
 
@@ -79,6 +80,9 @@ absl::StatusOr<Fd> TryConnect(uint32_t address, uint16_t port, const char (&hell
   char ack = 0;
   if (recv(fd.get(), &ack, 1, 0) != 1 || ack != kAck) {
     return absl::UnavailableError("connected, but not to rank 0's monitor");
+  }
+  if (send(fd.get(), &kConfirm, 1, MSG_NOSIGNAL) != 1) {
+    return absl::UnavailableError(absl::StrCat("confirming: ", ErrnoText(errno)));
   }
   return fd;
 }
@@ -165,26 +169,37 @@ absl::StatusOr<Fd> ListenForLinks(LinkAddress& address) {
 }
 
 absl::StatusOr<int> ReadHello(PendingLink& pending, uint64_t token) {
-  while (pending.received < sizeof(pending.hello)) {
-    const ssize_t n = recv(pending.fd.get(), pending.hello + pending.received,
-                           sizeof(pending.hello) - pending.received, 0);
+  constexpr size_t kHello = sizeof(pending.hello);
+  for (;;) {
+    if (pending.received == kHello && !pending.acknowledged) {
+      uint64_t got = 0;
+      int32_t rank = -1;
+      std::memcpy(&got, pending.hello, sizeof(got));
+      std::memcpy(&rank, pending.hello + sizeof(got), sizeof(rank));
+      if (got != token || rank <= 0) return absl::PermissionDeniedError("not a rank of this job");
+      if (send(pending.fd.get(), &kAck, 1, MSG_NOSIGNAL) != 1) {
+        return absl::UnavailableError(absl::StrCat("acknowledging: ", ErrnoText(errno)));
+      }
+      pending.acknowledged = true;
+    }
+    char confirm = 0;
+    char* into = pending.received < kHello ? pending.hello + pending.received : &confirm;
+    const size_t want = pending.received < kHello ? kHello - pending.received : 1;
+    const ssize_t n = recv(pending.fd.get(), into, want, 0);
     if (n > 0) {
       pending.received += static_cast<size_t>(n);
+      if (pending.received > kHello) {
+        if (confirm != kConfirm) return absl::PermissionDeniedError("not a rank of this job");
+        int32_t rank = -1;
+        std::memcpy(&rank, pending.hello + sizeof(uint64_t), sizeof(rank));
+        return rank;
+      }
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return -1;
     if (n < 0 && errno == EINTR) continue;
-    return absl::UnavailableError("closed before its hello");
+    return absl::UnavailableError("closed before its hello was confirmed");
   }
-  uint64_t got = 0;
-  int32_t rank = -1;
-  std::memcpy(&got, pending.hello, sizeof(got));
-  std::memcpy(&rank, pending.hello + sizeof(got), sizeof(rank));
-  if (got != token || rank <= 0) return absl::PermissionDeniedError("not a rank of this job");
-  if (send(pending.fd.get(), &kAck, 1, MSG_NOSIGNAL) != 1) {
-    return absl::UnavailableError(absl::StrCat("acknowledging: ", ErrnoText(errno)));
-  }
-  return rank;
 }
 
 absl::StatusOr<Fd> ConnectLink(const LinkAddress& address, int rank,

@@ -12,8 +12,9 @@
 // lets MPI through lets the link through too), and broadcasts the port, its
 // addresses, its host's name and a random token over MPI. Each other rank connects to the
 // first address that answers (loopback first when it runs on rank 0's host), sends the
-// token and its rank, and waits for rank 0's one-byte acknowledgement, so that a stray
-// listener at one of those addresses is never taken for rank 0.
+// token and its rank, waits for rank 0's one-byte acknowledgement, so that a stray
+// listener at one of those addresses is never taken for rank 0, and confirms it with one
+// byte, so that rank 0 never takes for a death the end of a connection the rank gave up.
 #ifndef COIL_WORKERS_COMM_RANK_LINK_H_
 #define COIL_WORKERS_COMM_RANK_LINK_H_
 
@@ -69,17 +70,19 @@ std::pair<int, int> LinkPortRange();
 // record describing it (with a fresh token).
 absl::StatusOr<Fd> ListenForLinks(LinkAddress& address);
 
-// A connection rank 0 has accepted whose hello has not fully arrived.
+// A connection rank 0 has accepted whose hello and confirmation have not fully arrived.
 struct PendingLink {
   Fd fd;
-  char hello[12] = {};
-  size_t received = 0;
+  char hello[12] = {};  // the token, then the rank
+  size_t received = 0;  // of the hello and the confirmation byte after it
+  bool acknowledged = false;
   std::chrono::steady_clock::time_point accepted;
 };
 
-// Rank 0: reads what has arrived of `pending`'s hello. The rank it names once it is
-// complete and carries `token` (the acknowledgement is sent then); -1 while incomplete;
-// an error for a connection that is not a rank's (it is to be closed).
+// Rank 0: reads what has arrived of `pending`'s hello, acknowledges it once it is complete
+// and carries `token`, then reads the confirmation. The rank it names once confirmed; -1
+// while incomplete; an error for a connection that is not a rank's or that its rank gave
+// up (it is to be closed).
 absl::StatusOr<int> ReadHello(PendingLink& pending, uint64_t token);
 
 // A rank other than 0: its link to rank 0, tried at each of `address`'s addresses in turn,

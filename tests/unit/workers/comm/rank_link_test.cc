@@ -4,6 +4,7 @@
 #include "workers/comm/rank_link.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -12,6 +13,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <utility>
@@ -147,6 +149,30 @@ TEST(RankLinkTest, ListensWithinOpenMpisPortRange) {
   unsetenv("OMPI_MCA_btl_tcp_port_min_v4");
   unsetenv("OMPI_MCA_btl_tcp_port_range_v4");
   EXPECT_EQ(LinkPortRange(), std::make_pair(0, 0));
+}
+
+// A rank that gives up on a connection (its acknowledgement came too late) closes it
+// without confirming: rank 0 drops it instead of adopting a link that is already closed,
+// which it would take for the rank's death.
+TEST(RankLinkTest, AConnectionGivenUpBeforeItsConfirmationIsNotALink) {
+  LinkAddress address;
+  absl::StatusOr<Fd> listener = ListenForLinks(address);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  Fd raw(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(address.port);
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(raw.get(), reinterpret_cast<const sockaddr*>(&to), sizeof(to)), 0);
+  char hello[12] = {};
+  const int32_t rank = 3;
+  std::memcpy(hello, &address.token, sizeof(address.token));
+  std::memcpy(hello + sizeof(address.token), &rank, sizeof(rank));
+  ASSERT_EQ(send(raw.get(), hello, sizeof(hello), 0), static_cast<ssize_t>(sizeof(hello)));
+  raw.Close();  // gives up: no confirmation
+  Fd accepted;
+  absl::StatusOr<int> got = AcceptOne(*listener, address.token, &accepted);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
 }
 
 TEST(RankLinkTest, NoListenerIsAClearError) {
