@@ -210,5 +210,28 @@ else
   failures=$((failures + 1))
 fi
 
+# A leader's mpirun after a lost rank: its ranks here have exited (status 3), but it
+# lingers while the remote daemons run their kill sequences. The entrypoint ends it 2 s
+# after the last rank and exits with status 3, within 5 s.
+lost_job() (
+  cat >"$work/lingering-mpirun" <<'EOF2'
+#!/usr/bin/env bash
+OMPI_COMM_WORLD_RANK=0 bash -c 'sleep 0.5; exit 3' &
+wait $!
+exec sleep 60
+EOF2
+  chmod +x "$work/lingering-mpirun"
+  export COIL_MPIRUN=$work/lingering-mpirun COIL_TP_SIZE=1 COIL_MODEL=/m
+  start_entrypoint lost
+  local begin=$SECONDS status=0
+  finish || status=$?
+  if ((status != 3 || SECONDS - begin >= 5)) || ! grep -q "the job lost a rank" "$RECORDER_DIR/log"; then
+    echo "status $status after $((SECONDS - begin)) s; log:" >&2
+    cat "$RECORDER_DIR/log" >&2
+    return 1
+  fi
+)
+check "a lost job's lingering mpirun is ended" lost_job
+
 echo "entrypoint_test: $passes passed, $failures failed"
 ((failures == 0))
