@@ -2,7 +2,7 @@
 // grpc.health.v1.Health, server reflection) with continuous batching, tensor-parallel across
 // the ranks mpirun starts (docs/ARCHITECTURE.md §1).
 //
-//   mpirun -np 2 --mca odls_base_sigkill_timeout 40 coil-serve --model DIR [--port 50051]
+//   mpirun -np 2 --bind-to none --mca odls_base_sigkill_timeout 1 coil-serve --model DIR
 //
 // Start-up on every rank: MPI session, communicator, configuration checks (before anything
 // is allocated or loaded; every rank checks, rank 0 reports), weights, state pool and KV
@@ -10,11 +10,13 @@
 // rank is every rank's. Then rank 0 runs the engine loop and the gRPC server
 // and ranks > 0 execute the plans rank 0 broadcasts. SIGTERM or SIGINT drains rank 0 (health
 // NOT_SERVING, new requests UNAVAILABLE, in-flight requests finish within --drain-timeout)
-// and then sends the shutdown plan; ranks > 0 ignore both signals and wait for that plan,
-// which is why the documented launch raises Open MPI's kill timeout above the drain timeout.
+// and then sends the shutdown plan; ranks > 0 ignore both signals and wait for that plan.
+// The signal goes to the ranks, not to mpirun, whose own kill sequence (with the short
+// odls_base_sigkill_timeout that ends the job soon after a lost rank) would cut the drain.
 //
-// A rank that dies, stops or hangs is noticed by the rank monitor (--rank-timeout,
-// --step-timeout): rank 0 turns health NOT_SERVING, ends every request UNAVAILABLE naming
+// A rank that dies is noticed by the rank monitor within a fraction of a second (its
+// connection to rank 0's monitor closes); one that stops or hangs within --rank-timeout or
+// --step-timeout. Rank 0 turns health NOT_SERVING, ends every request UNAVAILABLE naming
 // the rank, refuses new ones, tells the other ranks to end, and every rank exits with
 // status 3 (kRankFailureExit), whatever Open MPI's own timeouts.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -119,10 +121,11 @@ ABSL_FLAG(int32_t, prefix_cache_rows, 0,
 ABSL_FLAG(int32_t, drain_timeout, 30,
           "seconds in-flight requests may run after SIGTERM/SIGINT before they are cancelled");
 ABSL_FLAG(double, rank_timeout, 10,
-          "seconds a rank may stay silent (killed, crashed, stopped) before the job counts it "
-          "as lost: requests end UNAVAILABLE naming it and every rank exits with status 3 "
-          "(0: never). Heartbeats come from a thread of their own, so a long step does not "
-          "count as silence");
+          "seconds a rank may stay silent (stopped, its host cut off) before the job counts "
+          "it as lost: requests end UNAVAILABLE naming it and every rank exits with status 3 "
+          "(0: never). A rank that dies is noticed sooner, by its closed monitor connection. "
+          "Heartbeats come from a thread of their own, so a long step does not count as "
+          "silence");
 ABSL_FLAG(double, step_timeout, 600,
           "seconds one step may compute on a rank outside collectives before the rank counts "
           "as hung (0: never); far above any real step (a 2048-token prefill of the 130m "
@@ -183,6 +186,12 @@ class FailureHandler {
     Exit(status);
   }
 
+  // Whether a failure has been handled (the process is about to exit with status 3).
+  bool failed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_;
+  }
+
   // The engine's failure callback: new requests are refused; the streams end next.
   void EndServing(const absl::Status& status) {
     grpc::Server* server = nullptr;
@@ -192,12 +201,14 @@ class FailureHandler {
       server = server_;
     }
     if (server != nullptr) server->GetHealthCheckService()->SetServingStatus(false);
-    std::thread([this, status] {
-      runtime_.EndJob(status, std::chrono::seconds(1));
+    // The final statuses already queued get a second to leave, while new calls are refused
+    // UNAVAILABLE by the failed engine (gRPC's own shutdown would cancel them); telling the
+    // other ranks runs meanwhile (a send to a dead rank never completes: it waits it out).
+    const auto exit_at = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    std::thread([this, status, exit_at] {
+      runtime_.EndJob(status, std::chrono::milliseconds(800));
       runtime_.AbortCollectives();
-      // The final statuses already queued get a moment to leave, while new calls are
-      // refused UNAVAILABLE by the failed engine (gRPC's own shutdown would cancel them).
-      std::this_thread::sleep_for(std::chrono::seconds(1));
+      std::this_thread::sleep_until(exit_at);
       std::fprintf(stderr, "coil-serve: %s; exiting with status %d\n",
                    std::string(status.message()).c_str(), kRankFailureExit);
       std::_Exit(kRankFailureExit);
@@ -568,6 +579,13 @@ int Serve(const ServePlan& plan, RankRuntime& runtime, const tokenizer::Tokenize
   // The signals stay blocked in every thread; this thread takes them synchronously.
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
+  if (failures.failed()) {
+    // mpirun's kill sequence after a lost rank (its SIGTERM comes odls_base_sigkill_timeout
+    // after the death): the failure handler is already ending the process with status 3,
+    // which a drain, waiting for the lost rank, would only race.
+    COIL_LOG(INFO) << "signal " << signal_number << " after the job lost a rank: not draining";
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   const int drain_seconds = std::max(0, absl::GetFlag(FLAGS_drain_timeout));
   COIL_LOG(INFO) << "signal " << signal_number << ": draining (up to " << drain_seconds
                  << " s for in-flight requests)";
@@ -600,7 +618,7 @@ int Main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   absl::SetProgramUsageMessage(
-      "mpirun -np N --mca odls_base_sigkill_timeout <drain+10> coil-serve --model DIR "
+      "mpirun -np N --bind-to none --mca odls_base_sigkill_timeout 1 coil-serve --model DIR "
       "[--port 50051] [--state-rows R | --memory-budget 2GiB] [--max-model-len L]");
   ParseDashedCommandLine(argc, argv);
   RouteProtobufLogs();

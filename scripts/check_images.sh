@@ -11,7 +11,10 @@
 #      TP2 group of two containers in two network namespaces (a leader and a worker that
 #      talk over SSH and TCP, as the multi-pod overlay runs them), each checked from
 #      outside: health SERVING, a gRPC request whose tokens must equal TP1's, and SIGTERM
-#      to the entrypoint, which must drain and end with status 0;
+#      to the entrypoint, which must drain and end with status 0; then a rank's death, at
+#      TP2 in one container and in the worker of a two-container group: rank 1 killed with
+#      SIGKILL, the container (the leader's) must end within 5 s with a non-zero status
+#      (what makes a restart policy apply), rank 0 having logged the death;
 #   5. the image's size, and what each phase took.
 # Needs root (buildah's storage, ip netns) and buildah, debootstrap and iproute2 (from
 # scripts/setup.sh); without root it says so and exits 0 having checked nothing.
@@ -257,11 +260,10 @@ entrypoint_pid() {
   return 1
 }
 
-# serve_and_check NAME BUILDAH_PID NETNS: waits for the port file, checks health and a
-# request from outside (through NETNS when given), then SIGTERM to the entrypoint: the
-# container must end with status 0. Leaves the tokens in $work/NAME.tokens.
-serve_and_check() {
-  local name=$1 pid=$2 netns=$3 run_dir=$work/$1 port wrap=()
+# wait_serving NAME BUILDAH_PID NETNS: waits for the port file and checks health from
+# outside (through NETNS when given). Sets $port.
+wait_serving() {
+  local name=$1 pid=$2 netns=$3 run_dir=$work/$1 wrap=()
   [[ -n "$netns" ]] && wrap=(ip netns exec "$netns")
   for _ in $(seq 1200); do
     [[ -s "$run_dir/port" ]] && break
@@ -272,6 +274,15 @@ serve_and_check() {
   port=$(head -n1 "$run_dir/port")
   "${wrap[@]}" "$cli" --target "127.0.0.1:$port" info >"$run_dir/info" 2>&1 ||
     { cat "$run_dir/info" "$run_dir/log" >&2; fail "$name: health is not SERVING"; }
+}
+
+# serve_and_check NAME BUILDAH_PID NETNS: waits until it serves, sends a request from
+# outside (through NETNS when given), then SIGTERM to the entrypoint: the container must
+# end with status 0. Leaves the tokens in $work/NAME.tokens.
+serve_and_check() {
+  local name=$1 pid=$2 netns=$3 run_dir=$work/$1 wrap=()
+  [[ -n "$netns" ]] && wrap=(ip netns exec "$netns")
+  wait_serving "$name" "$pid" "$netns"
   "${wrap[@]}" "$cli" --target "127.0.0.1:$port" generate --ids "$prompt_ids" --max-tokens 12 \
     --temperature 1 --seed 7 --ignore-eos --print-ids >"$work/$name.tokens" 2>"$run_dir/cli" ||
     { cat "$run_dir/cli" "$run_dir/log" >&2; fail "$name: the request failed"; }
@@ -289,6 +300,41 @@ serve_and_check() {
   log "$name: SERVING, tokens $(cat "$work/$name.tokens"), drained on SIGTERM, status 0"
 }
 
+# rank_pid_below OWNER RANK: the coil-serve process of MPI rank RANK that runs below
+# process OWNER (at any depth: the entrypoint's mpirun, or a worker's sshd and orted).
+rank_pid_below() {
+  local pid up
+  for pid in $(pgrep -x coil-serve || true); do
+    grep -qz "^OMPI_COMM_WORLD_RANK=$2\$" "/proc/$pid/environ" 2>/dev/null || continue
+    up=$pid
+    while ((up > 1)); do
+      [[ "$up" == "$1" ]] && { echo "$pid"; return 0; }
+      up=$(awk '{print $4}' "/proc/$up/stat" 2>/dev/null || echo 1)
+    done
+  done
+  return 1
+}
+
+# kill_and_check NAME BUILDAH_PID NETNS OWNER: once it serves, SIGKILL to rank 1 (found
+# below OWNER: this container, or the worker's), and the container must end within 5 s
+# with a non-zero status, rank 0 having logged "rank 1 died".
+kill_and_check() {
+  local name=$1 pid=$2 netns=$3 owner=$4 run_dir=$work/$1 victim status=0 start end ms
+  wait_serving "$name" "$pid" "$netns"
+  victim=$(rank_pid_below "$owner" 1) || { cat "$run_dir/log" >&2; fail "$name: cannot find rank 1"; }
+  start=$(date +%s%N)
+  kill -KILL "$victim"
+  for _ in $(seq 1500); do kill -0 "$pid" 2>/dev/null || break; sleep 0.02; done
+  end=$(date +%s%N)
+  kill -0 "$pid" 2>/dev/null && { cat "$run_dir/log" >&2; fail "$name: still running 30 s after rank 1 was killed"; }
+  wait "$pid" || status=$?
+  ms=$(((end - start) / 1000000))
+  ((status != 0)) || { cat "$run_dir/log" >&2; fail "$name: ended with status 0 after rank 1 was killed"; }
+  ((ms < 5000)) || { cat "$run_dir/log" >&2; fail "$name: ended ${ms} ms after rank 1 was killed, not within 5 s"; }
+  grep -q "rank 1 died" "$run_dir/log" || { cat "$run_dir/log" >&2; fail "$name: rank 0 did not log rank 1's death"; }
+  log "$name: rank 1 killed; the container ended with status $status ${ms} ms later"
+}
+
 mkdir -p "$work/ssh"
 ssh-keygen -q -t ed25519 -N '' -C coil-check -f "$work/ssh/id_ed25519"
 chmod 644 "$work/ssh/id_ed25519"  # a mounted Secret under an fsGroup is group-readable too
@@ -299,6 +345,8 @@ start_container tp2 "" COIL_TP_SIZE=2
 serve_and_check tp2 "$started_pid" ""
 cmp -s "$work/tp1.tokens" "$work/tp2.tokens" ||
   fail "TP2's tokens ($(cat "$work/tp2.tokens")) differ from TP1's ($(cat "$work/tp1.tokens"))"
+start_container tp2-kill "" COIL_TP_SIZE=2
+kill_and_check tp2-kill "$started_pid" "" "$started_pid"
 phase_done "TP1 and TP2 in the image"
 
 # A group across two hosts: a worker container in one namespace, the leader in another.
@@ -333,6 +381,17 @@ if ip netns add "$host_a" 2>"$work/netns.err"; then
   wait "$worker_pid" || status=$?
   ((status == 0)) || { cat "$work/worker/log" >&2; fail "worker: ended with status $status after SIGTERM"; }
   log "leader and worker in two namespaces: the same tokens as TP1; both ended with status 0"
+  # The worker's rank dies: the leader's container ends, and the group would be recreated.
+  start_container worker-kill "$host_b" COIL_ROLE=worker
+  worker_pid=$started_pid
+  start_container leader-kill "$host_a" COIL_ROLE=leader COIL_TP_SIZE=2 \
+    COIL_HOSTS=198.18.1.1,198.18.1.2 COIL_WORKER_WAIT=60
+  kill_and_check leader-kill "$started_pid" "$host_a" "$worker_pid"
+  ep=$(entrypoint_pid "$worker_pid") || fail "worker-kill: cannot find the entrypoint's process"
+  kill -TERM "$ep"
+  status=0
+  wait "$worker_pid" || status=$?
+  ((status == 0)) || { cat "$work/worker-kill/log" >&2; fail "worker-kill: ended with status $status after SIGTERM"; }
   phase_done "TP2 across two containers (SSH, TCP)"
 else
   log "SKIP the two-container group: cannot create a network namespace ($(cat "$work/netns.err"))"

@@ -11,7 +11,7 @@
 # (model.safetensors, an index with shards, or pytorch_model.bin), e.g. a download of
 # state-spaces/mamba2-130m:
 #
-#   mpirun -np 2 --bind-to none --mca odls_base_sigkill_timeout 40 build/engine/coil-serve \
+#   mpirun -np 2 --bind-to none --mca odls_base_sigkill_timeout 1 build/engine/coil-serve \
 #       --model /path/to/mamba2-130m --port 50051
 #
 # Usage: scripts/demo.sh [PROMPT]
@@ -78,7 +78,7 @@ start=$(date +%s.%N)
 echo "written in $(since "$start") s"
 
 step "serve: mpirun -np 2 coil-serve on 127.0.0.1:$PORT (log: $WORK/server.log)"
-mpi_flags=(-np 2 --bind-to none --mca odls_base_sigkill_timeout $((DRAIN_TIMEOUT + 10)))
+mpi_flags=(-np 2 --bind-to none --mca odls_base_sigkill_timeout 1)
 if [[ "$(id -u)" == 0 ]]; then mpi_flags+=(--allow-run-as-root); fi
 if (($(nproc) < 2)); then mpi_flags+=(--oversubscribe); fi
 start=$(date +%s.%N)
@@ -118,4 +118,4 @@ fi
 grep -E "draining|drained" "$WORK/server.log" | sed 's/^/  server: /' || true
 echo
 echo "The weights above were random. Serve a real checkpoint with:"
-echo "  mpirun -np 2 --bind-to none --mca odls_base_sigkill_timeout 40 $BUILD_DIR/engine/coil-serve --model DIR"
+echo "  mpirun -np 2 --bind-to none --mca odls_base_sigkill_timeout 1 $BUILD_DIR/engine/coil-serve --model DIR"

@@ -9,10 +9,12 @@
 # mpirun's own kill sequence (SIGCONT, a sleep of odls_base_sigkill_timeout, SIGTERM, the
 # same sleep, SIGKILL) runs only once the job is over or stuck: after a rank ended
 # abnormally (the job is lost), after the fallback below (drain + 10 s have passed), or on
-# a second signal (stop now). Its sleeps happen whatever the ranks do, so they only delay
-# the restart: the timeout is short (COIL_MPI_KILL_TIMEOUT, default 3 s). Kubernetes'
-# terminationGracePeriodSeconds must exceed drain + 10 + 2 x that timeout (the worst case:
-# a stuck rank; see below).
+# a second signal (stop now). mpirun exits only after it, so the timeout is short
+# (COIL_MPI_KILL_TIMEOUT, default 1 s): a rank that dies is noticed by coil within 2 s,
+# every rank exits with status 3, and mpirun, hence this script and the container, exits
+# non-zero within 5 s of the death (measured 1.3 s; 5.3 s with a 3 s timeout), so that the
+# restart policy applies. Kubernetes' terminationGracePeriodSeconds must exceed drain + 10
+# + 2 x that timeout (the worst case: a stuck rank; see below).
 #
 # Roles (COIL_ROLE): `server` (the default) runs every rank in this container. A TP group
 # that spans hosts (pods) has one `leader`, which runs mpirun with a hostfile naming itself
@@ -35,7 +37,7 @@
 #   COIL_MAX_NUM_SEQS        --max-num-seqs     COIL_MAX_BATCHED_TOKENS --max-batched-tokens
 #   COIL_MAX_MODEL_LEN       --max-model-len    COIL_MAX_QUEUE        --max-queue
 #   COIL_THREADS             --threads          COIL_DRAIN_TIMEOUT (30) --drain-timeout (seconds)
-#   COIL_MPI_KILL_TIMEOUT (3) odls_base_sigkill_timeout in seconds
+#   COIL_MPI_KILL_TIMEOUT (1) odls_base_sigkill_timeout in seconds
 #   COIL_MPIRUN_ARGS         extra mpirun arguments, split on spaces (default: --bind-to none)
 #   COIL_MPIRUN (mpirun), COIL_SERVE (coil-serve)  the programs to run
 # Across hosts:
@@ -65,7 +67,7 @@ is_uint() { [[ "$1" =~ ^(0|[1-9][0-9]*)$ ]]; }
 children_of() {  # the pids whose parent is $1, from /proc (no procps in the image)
   local stat line fields close=') '
   for stat in /proc/[0-9]*/stat; do
-    line=$(<"$stat") 2>/dev/null || continue
+    { line=$(<"$stat"); } 2>/dev/null || continue  # a process that has just ended
     # After "pid (comm) " (comm may hold spaces and parentheses): state ppid ...
     read -r -a fields <<<"${line##*"$close"}"
     if [[ "${fields[1]:-}" == "$1" ]]; then
@@ -146,8 +148,8 @@ is_uint "$drain_timeout" || die "COIL_DRAIN_TIMEOUT=$drain_timeout is not a whol
 device=${COIL_DEVICE:-cpu}
 [[ "$device" == cpu || "$device" == cuda ]] || die "COIL_DEVICE=$device is not cpu or cuda"
 
-kill_timeout=${COIL_MPI_KILL_TIMEOUT:-3}
-is_uint "$kill_timeout" || die "COIL_MPI_KILL_TIMEOUT=$kill_timeout is not a whole number of seconds; set e.g. COIL_MPI_KILL_TIMEOUT=3"
+kill_timeout=${COIL_MPI_KILL_TIMEOUT:-1}
+is_uint "$kill_timeout" || die "COIL_MPI_KILL_TIMEOUT=$kill_timeout is not a whole number of seconds; set e.g. COIL_MPI_KILL_TIMEOUT=1"
 
 serve_args=(
   --model "$COIL_MODEL"
@@ -249,7 +251,8 @@ echo "coil-entrypoint: ${COIL_MPIRUN:-mpirun} ${mpirun_args[*]} ${COIL_SERVE:-co
 # ranks hear of the stop from rank 0, as the shutdown plan. Open MPI 4.1's mpirun,
 # when signalled, sends its ranks SIGCONT, sleeps odls_base_sigkill_timeout, sends SIGTERM,
 # sleeps it again and sends SIGKILL, whatever the ranks do meanwhile: the ranks would learn
-# of the shutdown one timeout late and the pod would always take two timeouts to stop.
+# of the shutdown one timeout late and be killed one timeout after that, so with the short
+# timeout that ends a lost job at once a drain would get about a second.
 # Signalled directly, every rank drains and exits 0, and mpirun then exits 0 by itself.
 # If mpirun still runs drain-timeout + 10 s later (a rank stuck), or a second signal
 # comes, or no rank has started yet, mpirun gets SIGTERM, and its kill sequence ends the job.
@@ -260,6 +263,9 @@ child=""
 pending=""
 signals=0
 fallback_after=$((drain_timeout + 10))
+watcher=""
+lost_flag=${TMPDIR:-/tmp}/coil-job-lost.$$
+rm -f "$lost_flag"
 
 ranks_of() {  # the children of mpirun $1 that are MPI ranks (Open MPI gave them a rank)
   local pid
@@ -279,6 +285,9 @@ forward() {
     return
   fi
   signals=$((signals + 1))
+  # A stop was asked for: the ranks exit because of it, not because the job was lost.
+  if [[ -n "$watcher" ]]; then kill "$watcher" 2>/dev/null || true; fi
+  watcher=""
   local ranks
   ranks=$(ranks_of "$child" | tr '\n' ' ')
   if ((signals == 1)) && [[ -n "$ranks" ]]; then
@@ -298,9 +307,44 @@ forward() {
 trap 'forward TERM' TERM
 trap 'forward INT' INT
 
+# A job that lost a rank ends by itself: coil notices a dead rank within 2 s and every
+# rank exits with status 3, and mpirun runs its kill sequence at once. On one host mpirun
+# exits within about 1.3 s of the death (twice odls_base_sigkill_timeout, less the time
+# the ranks took); on a leader it waits for every remote daemon to run the same sequence
+# after its own (measured 4.2 s). The watcher ends that teardown: once every rank here has
+# exited with no stop asked for, mpirun has lost_grace more to exit by itself (beyond its
+# own sequence on one host, so it is not cut there), then it gets SIGKILL (the remote
+# daemons, cut off, end by themselves: their ranks have already exited) and this script
+# exits with status 3. It polls /proc five times a second and sleeps in between.
+lost_grace_us=2000000
+# shellcheck disable=SC2317  # run in the background below
+watch_job() {
+  local seen=0 gone_at=0 now
+  while kill -0 "$child" 2>/dev/null; do
+    if [[ -n "$(ranks_of "$child")" ]]; then
+      seen=1 gone_at=0
+    elif ((seen)); then
+      now=${EPOCHREALTIME/./}
+      ((gone_at)) || gone_at=$now
+      if ((now - gone_at >= lost_grace_us)); then
+        echo "coil-entrypoint: every rank here has exited and no stop was asked for: the job lost a rank; ending mpirun's teardown (SIGKILL)" >&2
+        : >"$lost_flag"
+        kill -KILL "$child" 2>/dev/null || true
+        return 0
+      fi
+    fi
+    sleep 0.2
+  done
+}
+
 "${COIL_MPIRUN:-mpirun}" "${mpirun_args[@]}" "${COIL_SERVE:-coil-serve}" "${serve_args[@]}" "$@" &
 child=$!
-if [[ -n "$pending" ]]; then forward "$pending"; fi
+if [[ -n "$pending" ]]; then
+  forward "$pending"
+else
+  watch_job &
+  watcher=$!
+fi
 
 # `wait` returns early (status > 128) when a trapped signal arrives; wait again until the
 # child itself has ended, and exit with its status.
@@ -310,5 +354,11 @@ while :; do
   wait "$child" || status=$?
   ((signals != before)) || break
 done
+if [[ -n "$watcher" ]]; then kill "$watcher" 2>/dev/null || true; fi
+if [[ -e "$lost_flag" ]]; then
+  rm -f "$lost_flag"
+  echo "coil-entrypoint: mpirun ended (status $status); exiting with status 3: the job lost a rank" >&2
+  exit 3
+fi
 echo "coil-entrypoint: mpirun exited with status $status" >&2
 exit "$status"

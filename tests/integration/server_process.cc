@@ -144,6 +144,7 @@ struct Child {
   pid_t pid = 0;
   int rank = -1;  // OMPI_COMM_WORLD_RANK, -1 when not an MPI rank
   bool zombie = false;
+  int wait_status = -1;  // a zombie's status as waitpid would report it (stat field 52)
 };
 
 // The children of `parent` (the processes mpirun started), with their MPI rank.
@@ -167,6 +168,13 @@ std::vector<Child> ChildrenOf(pid_t parent) {
     Child child;
     child.pid = static_cast<pid_t>(std::stol(name));
     child.zombie = state == "Z" || state == "X";
+    if (child.zombie) {
+      // Fields 5 to 52 follow ppid (field 4); the last is the exit code (Linux 3.5 on).
+      std::string field;
+      for (int index = 5; index <= 52 && (fields >> field); ++index) {
+        if (index == 52) child.wait_status = std::atoi(field.c_str());
+      }
+    }
     const std::string environment = ReadFile((entry.path() / "environ").string());
     const std::string key = "OMPI_COMM_WORLD_RANK=";
     const size_t at = environment.find(key);
@@ -202,6 +210,14 @@ std::optional<pid_t> ServerProcess::RankPid(int rank) const {
   if (!under_mpirun_ || reaped_) return std::nullopt;
   for (const Child& child : ChildrenOf(pid_)) {
     if (child.rank == rank && !child.zombie) return child.pid;
+  }
+  return std::nullopt;
+}
+
+std::optional<int> ServerProcess::RankWaitStatus(int rank) const {
+  if (!under_mpirun_ || reaped_) return std::nullopt;
+  for (const Child& child : ChildrenOf(pid_)) {
+    if (child.rank == rank && child.zombie && child.wait_status >= 0) return child.wait_status;
   }
   return std::nullopt;
 }

@@ -77,6 +77,10 @@ class ServerProcess {
   // whether any rank still runs (a rank that exited but is not yet reaped does not).
   std::optional<pid_t> RankPid(int rank) const;
   bool AnyRankRuns() const;
+  // Under mpirun: the wait status of rank `rank` once it has exited and while mpirun has not
+  // yet reaped it (Open MPI 4.1's mpirun reaps only between the sleeps of its kill
+  // sequence), else nullopt.
+  std::optional<int> RankWaitStatus(int rank) const;
   // Sends `signal` to rank `rank` itself.
   void SignalRank(int rank, int signal);
   // Ends mpirun (and any rank left) with SIGKILL at once, without its kill sequence.

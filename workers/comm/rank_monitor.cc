@@ -1,6 +1,10 @@
 #include "workers/comm/rank_monitor.h"
 
+#include <fcntl.h>
 #include <mpi.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -59,6 +63,13 @@ absl::StatusOr<std::unique_ptr<RankMonitor>> RankMonitor::Start(const RankMonito
   COIL_ASSIGN_OR_RETURN(DuplicatedComm comm, DuplicatedComm::OfWorld());
   auto monitor = std::make_unique<RankMonitor>(std::move(comm), options, activity,
                                                std::move(on_failure));
+  int pipe_fds[2] = {-1, -1};
+  if (pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+    return absl::InternalError("the rank monitor could not make its wake-up pipe");
+  }
+  monitor->wake_read_ = Fd(pipe_fds[0]);
+  monitor->wake_write_ = Fd(pipe_fds[1]);
+  COIL_RETURN_IF_ERROR(monitor->OpenLinks());
   for (Peer& peer : monitor->peers_) monitor->PostReceive(peer);
   RankMonitor* raw = monitor.get();
   monitor->thread_ = std::thread([raw] { raw->Run(); });
@@ -80,9 +91,97 @@ RankMonitor::RankMonitor(DuplicatedComm comm, const RankMonitorOptions& options,
     Peer peer;
     peer.rank = r;
     peer.last_heard = now;
-    peers_.push_back(peer);
+    peers_.push_back(std::move(peer));
   }
   next_beat_ = now;
+}
+
+absl::Status RankMonitor::OpenLinks() {
+  LinkAddress address;
+  if (comm_.rank() == 0) {
+    absl::StatusOr<Fd> listener = ListenForLinks(address);
+    if (listener.ok()) {
+      listener_ = std::move(listener).value();
+      token_ = address.token;
+    } else {
+      address = LinkAddress();  // port 0: nobody connects
+      COIL_LOG(WARNING) << "the rank monitor cannot listen for the other ranks' links ("
+                        << listener.status().message()
+                        << "): a dead rank is noticed only by its silence (--rank-timeout)";
+    }
+  }
+  COIL_RETURN_IF_ERROR(MpiStatus(
+      MPI_Bcast(&address, sizeof(address), MPI_BYTE, 0, comm_.get()), "MPI_Bcast (link address)"));
+  if (comm_.rank() == 0 || address.port == 0) return absl::OkStatus();
+  absl::StatusOr<Fd> link = ConnectLink(address, comm_.rank(), options_.link_timeout);
+  if (link.ok()) {
+    peers_.front().link = std::move(link).value();
+  } else {
+    COIL_LOG(WARNING) << "no link to rank 0's monitor (" << link.status().message()
+                      << "): rank 0's death is noticed only by its silence (--rank-timeout)";
+  }
+  return absl::OkStatus();
+}
+
+void RankMonitor::Wake() {
+  const char byte = 1;
+  if (wake_write_.valid()) (void)write(wake_write_.get(), &byte, 1);
+}
+
+void RankMonitor::WaitForEvents(std::chrono::milliseconds timeout) {
+  std::vector<pollfd> fds;
+  fds.push_back({wake_read_.get(), POLLIN, 0});
+  if (listener_.valid()) fds.push_back({listener_.get(), POLLIN, 0});
+  for (const PendingLink& pending : pending_) fds.push_back({pending.fd.get(), POLLIN, 0});
+  for (const Peer& peer : peers_) {
+    if (peer.link.valid()) fds.push_back({peer.link.get(), POLLIN, 0});
+  }
+  if (poll(fds.data(), fds.size(), static_cast<int>(timeout.count())) > 0 &&
+      (fds[0].revents & POLLIN) != 0) {
+    char drain[64];
+    while (read(wake_read_.get(), drain, sizeof(drain)) > 0) {
+    }
+  }
+}
+
+void RankMonitor::ServiceLinks(Clock::time_point now) {
+  if (listener_.valid()) {
+    for (;;) {
+      const int fd = accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) break;
+      PendingLink pending;
+      pending.fd = Fd(fd);
+      pending.accepted = now;
+      pending_.push_back(std::move(pending));
+    }
+  }
+  for (size_t i = 0; i < pending_.size();) {
+    absl::StatusOr<int> rank = ReadHello(pending_[i], token_);
+    bool done = !rank.ok() || *rank >= 0 || now - pending_[i].accepted > std::chrono::seconds(30);
+    if (rank.ok() && *rank > 0) {
+      auto peer = std::find_if(peers_.begin(), peers_.end(),
+                               [&](const Peer& p) { return p.rank == *rank; });
+      if (peer != peers_.end() && !peer->link.valid() && !peer->link_closed) {
+        peer->link = std::move(pending_[i].fd);
+      }
+    }
+    if (done) {
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  bool all_linked = true;
+  for (Peer& peer : peers_) {
+    all_linked = all_linked && (peer.link.valid() || peer.link_closed);
+    if (!peer.link.valid()) continue;
+    if (!ReadLink(peer.link, peer.left)) {
+      peer.link.Close();
+      peer.link_closed = true;
+      peer.link_closed_at = now;
+    }
+  }
+  if (all_linked && pending_.empty()) listener_.Close();
 }
 
 RankMonitor::~RankMonitor() { Leave(); }
@@ -131,6 +230,14 @@ void RankMonitor::Receive(Peer& peer, Clock::time_point now) {
 }
 
 void RankMonitor::CheckPeers(Clock::time_point now) {
+  for (const Peer& peer : peers_) {
+    if (peer.left || !peer.link_closed || now - peer.link_closed_at < kLinkGrace) continue;
+    Report(absl::UnavailableError(absl::StrFormat(
+        "rank %d died: its process ended (killed, crashed or exited) without leaving the job "
+        "(its connection to the rank monitor closed)",
+        peer.rank)));
+    return;
+  }
   if (options_.rank_timeout.count() <= 0) return;
   for (const Peer& peer : peers_) {
     if (peer.left || now - peer.last_heard <= options_.rank_timeout) continue;
@@ -179,11 +286,18 @@ void RankMonitor::Run() {
     Kind urgent_kind = Kind::kBeat;
     std::string urgent_text;
     std::chrono::milliseconds urgent_timeout{0};
+    bool idle = false;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait_for(lock, std::clamp(period_ / 2, std::chrono::milliseconds(5),
-                                      std::chrono::milliseconds(100)),
-                     [&] { return stop_ || urgent_pending_; });
+      std::lock_guard<std::mutex> lock(mu_);
+      idle = !stop_ && !urgent_pending_;
+    }
+    // Wake() after this check writes to the pipe, so poll returns at once.
+    if (idle) {
+      WaitForEvents(std::clamp(period_ / 2, std::chrono::milliseconds(5),
+                               std::chrono::milliseconds(100)));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
       if (urgent_pending_) {
         urgent = true;
@@ -203,6 +317,7 @@ void RankMonitor::Run() {
     // Everything that arrived first, so that a rank that was itself not scheduled for a
     // while counts what its peers sent meanwhile before it judges their silence.
     Clock::time_point now = Clock::now();
+    ServiceLinks(now);
     for (Peer& peer : peers_) Receive(peer, now);
     now = Clock::now();
     if (now >= next_beat_) {
@@ -243,7 +358,7 @@ void RankMonitor::SendUrgent(Kind kind, const std::string& text,
   urgent_kind_ = kind;
   urgent_text_ = text;
   urgent_timeout_ = timeout;
-  wake_.notify_all();
+  Wake();
   urgent_done_.wait_for(lock, timeout + std::chrono::milliseconds(100),
                         [&] { return !urgent_pending_; });
 }
@@ -265,9 +380,11 @@ void RankMonitor::Leave() {
     left_ = true;
     stop_ = true;
   }
-  wake_.notify_all();
+  Wake();
   if (thread_.joinable()) thread_.join();
-  // The thread is gone: MPI on these requests is this thread's now.
+  // The thread is gone: MPI on these requests, and the links, are this thread's now. The
+  // leave byte goes first, so that the link's end is not taken for a death.
+  for (Peer& peer : peers_) WriteLeave(peer.link);
   SendToAll(Kind::kLeave, "", std::chrono::milliseconds(1000));
   for (Peer& peer : peers_) {
     if (peer.recv != MPI_REQUEST_NULL) {

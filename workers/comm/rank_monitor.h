@@ -11,6 +11,14 @@
 // for `step_timeout` outside any collective (waiting for peers does not count) is hung, and
 // says so itself. A rank whose work fails tells rank 0 at once (ReportFailure).
 //
+// A rank that dies is noticed sooner than its silence: each rank other than 0 keeps a TCP
+// connection to rank 0's monitor (workers/comm/rank_link.h), which the kernel closes the
+// moment either process ends. The monitor's thread polls those connections (and sleeps in
+// poll between heartbeats: an idle rank does not spin); a connection that closes without
+// the peer's leave byte counts as the peer's death, after a short grace in which an MPI
+// message sent just before (a failure report, rank 0's EndJob) is read first for its text.
+// Where no connection could be made (no common IPv4 address), only the heartbeats remain.
+//
 // The first failure a rank learns of is handed, once, to its callback, on the monitor's
 // thread: on rank 0 it names the rank ("rank 2 stopped answering ..."); on the other ranks
 // it is rank 0's silence or rank 0's EndJob. The monitor cannot end a collective under way
@@ -31,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "workers/comm/mpi_session.h"
+#include "workers/comm/rank_link.h"
 #include "workers/comm/step_activity.h"
 
 namespace coil::comm {
@@ -41,6 +50,8 @@ struct RankMonitorOptions {
   // Time one step may compute on a rank outside collectives before the rank counts as hung.
   // Zero: never.
   std::chrono::milliseconds step_timeout{600000};
+  // How long a rank other than 0 tries each of rank 0's addresses for its link.
+  std::chrono::milliseconds link_timeout{5000};
 };
 
 class RankMonitor {
@@ -63,6 +74,9 @@ class RankMonitor {
 
   // How often heartbeats go out: an eighth of rank_timeout, within [10 ms, 1 s].
   std::chrono::milliseconds period() const { return period_; }
+  // How long after a peer's link closed its death is reported (an MPI message it sent just
+  // before is read first).
+  static constexpr std::chrono::milliseconds kLinkGrace{200};
 
   // Rank 0, after a failure: tells every other rank to end now, with `why`. Waits up to
   // `timeout` for the messages to leave. Any thread.
@@ -89,9 +103,19 @@ class RankMonitor {
     MPI_Request send = MPI_REQUEST_NULL;
     std::chrono::steady_clock::time_point last_heard;
     bool left = false;
+    Fd link;  // the connection that closes when the peer's process ends (none: -1)
+    bool link_closed = false;
+    std::chrono::steady_clock::time_point link_closed_at;
   };
 
   void Run();
+  // Collective, in Start: rank 0 listens and broadcasts where; the others connect.
+  absl::Status OpenLinks();
+  // Sleeps in poll until a link, the listener or Wake has something, or `timeout` passes.
+  void WaitForEvents(std::chrono::milliseconds timeout);
+  void Wake();
+  // Accepts ranks' links (rank 0) and reads every open link.
+  void ServiceLinks(std::chrono::steady_clock::time_point now);
   // The monitor's thread (or, before it runs and after it stopped, the owner):
   void PostReceive(Peer& peer);
   void Receive(Peer& peer, std::chrono::steady_clock::time_point now);
@@ -112,12 +136,15 @@ class RankMonitor {
   const StepActivity* const activity_;
   FailureCallback on_failure_;
   std::vector<Peer> peers_;
+  Fd listener_;                      // rank 0, until every peer has linked
+  std::vector<PendingLink> pending_;  // rank 0: accepted, hello not yet read
+  uint64_t token_ = 0;
+  Fd wake_read_, wake_write_;  // a pipe: wakes the monitor's thread from poll
   bool reported_ = false;          // the monitor's thread only
   bool own_step_reported_ = false;  // the monitor's thread only
   std::chrono::steady_clock::time_point next_beat_;
 
   std::mutex mu_;  // guards what follows
-  std::condition_variable wake_;
   bool stop_ = false;
   bool urgent_pending_ = false;
   Kind urgent_kind_ = Kind::kBeat;

@@ -8,7 +8,10 @@
 # same requests: every request gives the same tokens (greedy and sampled with a seed; the
 # expected tokens are the one-host run's, which the TP tests check against TP1), each rank
 # runs in its own namespace, health answers SERVING, and SIGTERM to the entrypoint drains
-# the group and ends it with status 0. It prints what one engine step took on each
+# the group and ends it with status 0. Then rank 1, in the other host, and (in a second
+# group) rank 0 are killed with SIGKILL: the leader's entrypoint (its container) must end
+# within 5 s with a non-zero status, rank 0 having logged rank 1's death (noticed through
+# its closed monitor connection). It prints what one engine step took on each
 # transport (coil_step_duration_seconds from /metrics: sum / count), which it does not
 # judge: docs/PERFORMANCE.md has the measured figures and their command.
 #
@@ -198,6 +201,34 @@ if ! diff "$work/one_host.tokens" "$work/two_hosts.tokens" >"$work/diff"; then
 fi
 [[ $(grep -c . "$work/two_hosts.tokens") -eq $requests ]] || fail "expected $requests lines of tokens"
 log "every request gave the same $max_tokens tokens on both; both drained on SIGTERM with status 0"
+
+# ---- two hosts, a rank killed: the group ends within 5 s, non-zero ----
+kill_rank() {  # kill_rank NAME RANK NAMESPACE: start the group, SIGKILL RANK there, judge
+  local name=$1 rank=$2 ns=$3 victim="" pid killed_at ended_ms status=0
+  start "$name" COIL_TP_SIZE=2 COIL_ROLE=leader COIL_HOSTS="$addr_a,$addr_b" \
+    COIL_MPI_LAUNCHER="$launcher" COIL_MPIRUN_ARGS="$tcp_args" \
+    NETNS_LAUNCH_NAMESPACES="$host_a $host_b"
+  for pid in $(ip netns pids "$ns"); do
+    if [[ "$(readlink -f "/proc/$pid/exe" 2>/dev/null)" == "$(readlink -f "$serve")" ]]; then
+      victim=$pid
+    fi
+  done
+  [[ -n "$victim" ]] || fail "$name: no coil-serve rank in $ns"
+  killed_at=$(date +%s%N)
+  kill -KILL "$victim"
+  for _ in $(seq 1500); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.02; done
+  ended_ms=$((($(date +%s%N) - killed_at) / 1000000))
+  kill -0 "$server_pid" 2>/dev/null && { cat "$work/$name.log" >&2; fail "$name: still running 30 s after rank $rank was killed"; }
+  wait "$server_pid" || status=$?
+  ((status != 0)) || { cat "$work/$name.log" >&2; fail "$name: exited with status 0 after rank $rank was killed"; }
+  ((ended_ms < 5000)) || { cat "$work/$name.log" >&2; fail "$name: ended ${ended_ms} ms after rank $rank was killed, not within 5 s"; }
+  if ((rank == 1)); then
+    grep -q "rank 1 died" "$work/$name.log" || { cat "$work/$name.log" >&2; fail "$name: rank 0 did not log rank 1's death"; }
+  fi
+  log "TP2 on two hosts, rank $rank killed: the leader's entrypoint exited with status $status ${ended_ms} ms later"
+}
+kill_rank two_hosts_kill1 1 "$host_b"
+kill_rank two_hosts_kill0 0 "$host_a"
 
 if [[ -n "$comm_bench" ]]; then
   filter='AllReduce/native/|PlanLatency/backoff/0/'

@@ -104,7 +104,7 @@ check "COIL_DEVICE=tpu" expect_usage_error COIL_DEVICE COIL_MODEL=/m COIL_DEVICE
   finish || status=$?
   root=()
   [[ $(id -u) -eq 0 ]] && root=(--allow-run-as-root)
-  expected=(-np 2 --mca btl_vader_single_copy_mechanism none --mca odls_base_sigkill_timeout 3
+  expected=(-np 2 --mca btl_vader_single_copy_mechanism none --mca odls_base_sigkill_timeout 1
     "${root[@]}" --bind-to none coil-serve --model /models/m --host 0.0.0.0 --port 7000
     --metrics-port 7001 --drain-timeout 30 --device cuda --tokenizer /models/m/tokenizer.json
     --state-rows 64 --kv-pages 128 --block-size 16 --memory-budget 8GiB --max-num-seqs 32
@@ -209,6 +209,29 @@ else
   echo "FAIL: mpirun is not installed; run scripts/setup.sh" >&2
   failures=$((failures + 1))
 fi
+
+# A leader's mpirun after a lost rank: its ranks here have exited (status 3), but it
+# lingers while the remote daemons run their kill sequences. The entrypoint ends it 2 s
+# after the last rank and exits with status 3, within 5 s.
+lost_job() (
+  cat >"$work/lingering-mpirun" <<'EOF2'
+#!/usr/bin/env bash
+OMPI_COMM_WORLD_RANK=0 bash -c 'sleep 0.5; exit 3' &
+wait $!
+exec sleep 60
+EOF2
+  chmod +x "$work/lingering-mpirun"
+  export COIL_MPIRUN=$work/lingering-mpirun COIL_TP_SIZE=1 COIL_MODEL=/m
+  start_entrypoint lost
+  local begin=$SECONDS status=0
+  finish || status=$?
+  if ((status != 3 || SECONDS - begin >= 5)) || ! grep -q "the job lost a rank" "$RECORDER_DIR/log"; then
+    echo "status $status after $((SECONDS - begin)) s; log:" >&2
+    cat "$RECORDER_DIR/log" >&2
+    return 1
+  fi
+)
+check "a lost job's lingering mpirun is ended" lost_job
 
 echo "entrypoint_test: $passes passed, $failures failed"
 ((failures == 0))
