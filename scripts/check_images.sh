@@ -247,15 +247,21 @@ start_container() {
   started_pid=$!
 }
 
+# is_below PID OWNER: whether process PID runs below process OWNER, at any depth.
+is_below() {
+  local up=$1
+  while ((up > 1)); do
+    [[ "$up" == "$2" ]] && return 0
+    up=$(awk '{print $4}' "/proc/$up/stat" 2>/dev/null || echo 1)
+  done
+  return 1
+}
+
 # The entrypoint's process (the container's PID 1 in a pod), below buildah run's pid $1.
 entrypoint_pid() {
   local pid
   for pid in $(pgrep -f "bash $entrypoint" || true); do
-    local up=$pid
-    while ((up > 1)); do
-      [[ "$up" == "$1" ]] && { echo "$pid"; return 0; }
-      up=$(awk '{print $4}' "/proc/$up/stat" 2>/dev/null || echo 1)
-    done
+    is_below "$pid" "$1" && { echo "$pid"; return 0; }
   done
   return 1
 }
@@ -303,14 +309,10 @@ serve_and_check() {
 # rank_pid_below OWNER RANK: the coil-serve process of MPI rank RANK that runs below
 # process OWNER (at any depth: the entrypoint's mpirun, or a worker's sshd and orted).
 rank_pid_below() {
-  local pid up
+  local pid
   for pid in $(pgrep -x coil-serve || true); do
     grep -qz "^OMPI_COMM_WORLD_RANK=$2\$" "/proc/$pid/environ" 2>/dev/null || continue
-    up=$pid
-    while ((up > 1)); do
-      [[ "$up" == "$1" ]] && { echo "$pid"; return 0; }
-      up=$(awk '{print $4}' "/proc/$up/stat" 2>/dev/null || echo 1)
-    done
+    is_below "$pid" "$1" && { echo "$pid"; return 0; }
   done
   return 1
 }
