@@ -272,13 +272,27 @@ double MetricValue(const std::string& page, const std::string& series) {
 TEST(ServingTest, MetricsCountARequest) {
   ServerProcess& server = ServingEnvironment::Get()->Tp(1);
   ASSERT_GT(server.metrics_port(), 0);
-  auto before = server.FetchMetrics();
-  ASSERT_TRUE(before.ok()) << before.status();
+  const std::string length = "coil_requests_finished_total{reason=\"length\"}";
+  // A call is counted when gRPC is done with it, a moment after its client returns: wait
+  // for the earlier tests' last call, then for this one.
+  absl::StatusOr<std::string> before = server.FetchMetrics();
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    absl::StatusOr<std::string> again = server.FetchMetrics();
+    ASSERT_TRUE(before.ok() && again.ok()) << before.status() << " " << again.status();
+    if (MetricValue(*again, length) == MetricValue(*before, length)) break;
+    before = again;
+  }
   auto generation = server.client().Generate(IdsRequest({5, 9, 13, 17, 21}, 7));
   ASSERT_TRUE(generation.ok()) << generation.status();
   ExpectAllRowsFree(server.client());  // the gauges are set before the snapshot it reads
-  auto after = server.FetchMetrics();
-  ASSERT_TRUE(after.ok()) << after.status();
+  absl::StatusOr<std::string> after;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    after = server.FetchMetrics();
+    ASSERT_TRUE(after.ok()) << after.status();
+    if (MetricValue(*after, length) > MetricValue(*before, length)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   EXPECT_EQ(MetricValue(*after, "coil_generated_tokens_total") -
                 MetricValue(*before, "coil_generated_tokens_total"), 7.0);
   EXPECT_EQ(MetricValue(*after, "coil_prompt_tokens_total") -
