@@ -18,9 +18,10 @@
 
 namespace coil::fuzz {
 
-// `corpus_root` is tests/fuzz/corpus; `target` the folder, without the "fuzz_" prefix.
+// `corpus_root` is tests/fuzz/corpus; `target` the folder, without the "fuzz_" prefix;
+// `cuts` the prefixes of each input replayed besides the whole (evenly spaced).
 inline void ReplayCorpus(const std::string& corpus_root, const std::string& target,
-                         void (*body)(const uint8_t*, size_t)) {
+                         void (*body)(const uint8_t*, size_t), size_t cuts = 64) {
   std::filesystem::path dir = std::filesystem::path(corpus_root) / target;
   int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
@@ -30,7 +31,7 @@ inline void ReplayCorpus(const std::string& corpus_root, const std::string& targ
     const std::string bytes = contents.str();
     SCOPED_TRACE(entry.path().string());
     body(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-    for (size_t length = 0; length < bytes.size(); length += 1 + bytes.size() / 64) {
+    for (size_t length = 0; length < bytes.size(); length += 1 + bytes.size() / cuts) {
       body(reinterpret_cast<const uint8_t*>(bytes.data()), length);
     }
     ++files;
