@@ -58,7 +58,7 @@ absl::Status CheckMemoryFits(const MemoryNeed& need, const MemoryAvailable& avai
   if (sharing > 1) absl::StrAppend(&message, ", x", sharing, " ranks here");
   absl::StrAppend(&message, "; ", available.bytes, " B (", Scaled(available.bytes), ") free (",
                   available.limited_by, "). Use more ranks/",
-                  available.where == "host memory" ? "hosts" : "GPUs");
+                  available.device ? "GPUs" : "hosts");
   if (need.weight_dtype == "f32") absl::StrAppend(&message, ", --weights bf16");
   if (!need.pool_flags.empty() && need.pool_bytes > 0) {
     absl::StrAppend(&message, ", smaller ", need.pool_flags);

@@ -39,6 +39,7 @@ struct MemoryNeed {
 struct MemoryAvailable {
   int64_t bytes = 0;
   std::string where;       // "host memory", "GPU 0"
+  bool device = false;     // a GPU's memory (one rank each) rather than the host's (shared)
   std::string limited_by;  // the reading that gave `bytes`: "MemAvailable", "--max-host-memory"
   std::string source;      // every reading: "the least of MemAvailable 20.1 GiB, cgroup ..."
 };

@@ -195,6 +195,7 @@ absl::StatusOr<MemoryAvailable> RankMemoryAvailable(Backend& backend, int64_t ma
     MemoryAvailable available;
     available.bytes = static_cast<int64_t>(memory.free_bytes);
     available.where = absl::StrCat("GPU ", device);
+    available.device = true;
     available.limited_by = "cudaMemGetInfo";
     available.source =
         absl::StrCat("cudaMemGetInfo: free of ",
@@ -221,7 +222,7 @@ absl::Status RankRuntime::LoadModel(const std::string& model_dir, const model::L
     COIL_ASSIGN_OR_RETURN(const MemoryAvailable available,
                           RankMemoryAvailable(*backend_, limits.max_host_bytes));
     // Ranks on one host share its memory; each GPU rank has its own.
-    if (available.where == "host memory") {
+    if (!available.device) {
       need.ranks_sharing = std::min(LocalRanksFromEnvironment(), size());
     }
     const absl::Status fits = CheckMemoryFits(need, available);

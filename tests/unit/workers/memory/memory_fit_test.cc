@@ -30,7 +30,7 @@ MemoryNeed Need(int64_t weights, int64_t pools, const std::string& dtype = "f32"
 }
 
 MemoryAvailable Host(int64_t bytes) {
-  return MemoryAvailable{bytes, "host memory", "MemAvailable", "MemAvailable 1 KiB"};
+  return MemoryAvailable{bytes, "host memory", false, "MemAvailable", "MemAvailable 1 KiB"};
 }
 
 TEST(CheckMemoryFitsTest, FitsUpToTheLastByte) {
@@ -63,7 +63,8 @@ TEST(CheckMemoryFitsTest, TheMessageFitsTheAgreedCause) {
   need.ranks = 16;
   need.ranks_sharing = 8;
   const absl::Status status = CheckMemoryFits(
-      need, MemoryAvailable{int64_t{1000000000000}, "host memory", "--max-host-memory", "..."});
+      need, MemoryAvailable{int64_t{1000000000000}, "host memory", false, "--max-host-memory",
+                            "..."});
   ASSERT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_LE(status.message().size(), 240u) << status.message();
   EXPECT_THAT(std::string(status.message()), HasSubstr("smaller --memory-budget"));
@@ -73,7 +74,7 @@ TEST(CheckMemoryFitsTest, TheReportHasEveryReading) {
   MemoryNeed need = Need(1536, 512);
   need.ranks_sharing = 2;
   const std::string report =
-      MemoryReport(need, MemoryAvailable{4096, "host memory", "MemAvailable",
+      MemoryReport(need, MemoryAvailable{4096, "host memory", false, "MemAvailable",
                                          "the least of MemAvailable 4096 bytes, cgroup ..."});
   EXPECT_EQ(report,
             "rank 1 of 2 needs 1536 bytes (1.5 KiB) of f32 weights and 512 bytes (0.5 KiB) of "
@@ -94,7 +95,7 @@ TEST(CheckMemoryFitsTest, RanksOnOneHostShareItsMemory) {
 
 TEST(CheckMemoryFitsTest, AGpuNamesItself) {
   const absl::Status status = CheckMemoryFits(
-      Need(10, 10, "bf16"), MemoryAvailable{5, "GPU 3", "cudaMemGetInfo", "free of 80 GiB"});
+      Need(10, 10, "bf16"), MemoryAvailable{5, "GPU 3", true, "cudaMemGetInfo", "free of 80 GiB"});
   ASSERT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(std::string(status.message()),
             "model too big for GPU 3: rank 1/2 needs 10 B bf16 weights + 10 B state/KV (20 B); "
@@ -163,6 +164,7 @@ TEST_F(HostMemoryTest, V2TakesTheTightestCgroupOnThePath) {
   ASSERT_TRUE(available.ok()) << available.status();
   EXPECT_EQ(available->bytes, 800000);
   EXPECT_EQ(available->where, "host memory");
+  EXPECT_FALSE(available->device);
   EXPECT_EQ(available->limited_by, "cgroup limit");
   EXPECT_THAT(available->source, HasSubstr("MemAvailable 5120000 bytes"));
   EXPECT_THAT(available->source, HasSubstr("cgroup /a (memory.max) 800000 bytes"));
