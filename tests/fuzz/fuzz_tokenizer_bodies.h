@@ -20,17 +20,21 @@
 
 namespace coil::fuzz {
 
+// A text holding a NUL between two characters (the literal's size keeps it).
+inline constexpr char kNulText[] = "\xe2\x96\x81x\xe2\x96\x81\xe2\x96\x81 a\0b";
+
 // Texts every accepted tokenizer encodes: ASCII, spaces, digits, punctuation, accents,
 // several scripts, emoji, control characters, and the added tokens of the common families.
-inline constexpr const char* kTokenizerTexts[] = {
+inline constexpr absl::string_view kTokenizerTexts[] = {
     "",
     "Hello world",
     "  two  spaces\t\ttabs\r\nlines\n\n",
     "I'm 12345 cats!! DON'T you'll",
-    "caf\xc3\xa9 \xce\xa3\xce\x8a\xce\xa3 Stra\xc3\x9f" "e \xef\xac\x81 \xc2\xbd",
+    "caf\xc3\xa9 \xce\xa3\xce\x8a\xce\xa3 Stra\xc3\x9f"
+    "e \xef\xac\x81 \xc2\xbd",
     "\xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd a\xcc\x81",
     "<|endoftext|> x <s>y</s> [MASK] <unk>",
-    "\xe2\x96\x81x\xe2\x96\x81\xe2\x96\x81 a\x00" "b",
+    absl::string_view(kNulText, sizeof(kNulText) - 1),
 };
 
 // Checks what an accepted tokenizer gives for `text`: ids it names, a decode that succeeds
@@ -67,7 +71,7 @@ inline void FuzzTokenizerJson(const uint8_t* data, size_t size) {
   options.word_cache_entries = 64;
   auto tok = tokenizer::Tokenizer::FromJson(json, options);
   if (!tok.ok()) return;
-  for (const char* text : kTokenizerTexts) CheckEncodeDecode(**tok, text);
+  for (absl::string_view text : kTokenizerTexts) CheckEncodeDecode(**tok, text);
   if (tokenizer::IsValidUtf8(json)) CheckEncodeDecode(**tok, json.substr(0, 2048));
   std::vector<int32_t> all;
   for (int32_t id = 0; id < (*tok)->vocab_size() && id < 512; ++id) {
