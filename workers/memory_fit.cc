@@ -51,14 +51,13 @@ absl::Status CheckMemoryFits(const MemoryNeed& need, const MemoryAvailable& avai
   const int sharing = std::max(need.ranks_sharing, 1);
   const int64_t required = need.total() * sharing;
   if (required <= available.bytes) return absl::OkStatus();
-  std::string message = absl::StrCat(
-      "model too big for ", available.where, ": rank ", need.rank, "/", need.ranks, " needs ",
-      need.weight_bytes, " B ", need.weight_dtype, " weights + ", need.pool_bytes,
-      " B state/KV (", Scaled(need.total()), ")");
+  std::string message =
+      absl::StrCat("model too big for ", available.where, ": rank ", need.rank, "/", need.ranks,
+                   " needs ", need.weight_bytes, " B ", need.weight_dtype, " weights + ",
+                   need.pool_bytes, " B state/KV (", Scaled(need.total()), ")");
   if (sharing > 1) absl::StrAppend(&message, ", x", sharing, " ranks here");
   absl::StrAppend(&message, "; ", available.bytes, " B (", Scaled(available.bytes), ") free (",
-                  available.limited_by, "). Use more ranks/",
-                  available.device ? "GPUs" : "hosts");
+                  available.limited_by, "). Use more ranks/", available.device ? "GPUs" : "hosts");
   if (need.weight_dtype == "f32") absl::StrAppend(&message, ", --weights bf16");
   if (!need.pool_flags.empty() && need.pool_bytes > 0) {
     absl::StrAppend(&message, ", smaller ", need.pool_flags);
@@ -73,8 +72,8 @@ std::string MemoryReport(const MemoryNeed& need, const MemoryAvailable& availabl
       need.weight_dtype, " weights and ", DescribeBytes(need.pool_bytes),
       " of state rows and KV pages, ", DescribeBytes(need.total()), " in all");
   if (sharing > 1) {
-    absl::StrAppend(&report, " (the ", sharing, " ranks on this host: ",
-                    DescribeBytes(need.total() * sharing), ")");
+    absl::StrAppend(&report, " (the ", sharing,
+                    " ranks on this host: ", DescribeBytes(need.total() * sharing), ")");
   }
   absl::StrAppend(&report, "; ", available.where, " has ", DescribeBytes(available.bytes),
                   " for it: ", available.source);
@@ -212,9 +211,10 @@ absl::StatusOr<MemoryAvailable> HostMemoryAvailable(int64_t cap_bytes,
                         "--max-host-memory"});
   }
   if (readings.empty()) {
-    return absl::InternalError(absl::StrCat(
-        files.meminfo, " has no MemAvailable and no cgroup limits this process; give "
-        "--max-host-memory BYTES to say how much memory coil may use"));
+    return absl::InternalError(
+        absl::StrCat(files.meminfo,
+                     " has no MemAvailable and no cgroup limits this process; give "
+                     "--max-host-memory BYTES to say how much memory coil may use"));
   }
   MemoryAvailable available;
   available.where = "host memory";

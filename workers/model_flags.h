@@ -10,9 +10,9 @@
 #include <string>
 
 #include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/tensor.h"
-#include "absl/status/statusor.h"
 #include "workers/model/model.h"
 #include "workers/model_runner.h"
 

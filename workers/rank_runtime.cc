@@ -179,7 +179,8 @@ absl::StatusOr<MemoryNeed> RankMemoryNeed(const model::ModelFiles& files,
       model::ShardStateShape(config, layout, std::max<int64_t>(state_rows, 0), run.state_dtype);
   need.pool_bytes = (std::max<int64_t>(state_rows, 0) + 1) * state.bytes_per_sequence();
   if (config.has_attention() && run.kv_pages > 0 && run.block_size > 0) {
-    const KvCacheShape kv = model::ShardKvShape(config, layout, run.kv_pages, run.block_size, dtype);
+    const KvCacheShape kv =
+        model::ShardKvShape(config, layout, run.kv_pages, run.block_size, dtype);
     need.pool_bytes += (run.kv_pages + 1) * kv.bytes_per_page();
   }
   return need;
@@ -197,9 +198,8 @@ absl::StatusOr<MemoryAvailable> RankMemoryAvailable(Backend& backend, int64_t ma
     available.where = absl::StrCat("GPU ", device);
     available.device = true;
     available.limited_by = "cudaMemGetInfo";
-    available.source =
-        absl::StrCat("cudaMemGetInfo: free of ",
-                     DescribeBytes(static_cast<int64_t>(memory.total_bytes)));
+    available.source = absl::StrCat("cudaMemGetInfo: free of ",
+                                    DescribeBytes(static_cast<int64_t>(memory.total_bytes)));
     return available;
   }
 #endif

@@ -69,14 +69,14 @@ int64_t ShardWeightBytes(const ModelConfig& c, const ShardLayout& s, ::coil::DTy
     bytes += d * f32;  // the block's norm
     switch (c.layer_kind(l)) {
       case LayerKind::kMamba2:
-        bytes += s.in_proj_rows() * d * m;                        // in_proj
-        bytes += s.conv_channels() * (c.d_conv + 1) * f32;        // conv1d weight and bias
-        bytes += 3 * s.heads() * f32 + s.d_inner() * f32;         // dt_bias, A_log, D; norm
-        bytes += d * s.d_inner() * m;                             // out_proj
+        bytes += s.in_proj_rows() * d * m;                  // in_proj
+        bytes += s.conv_channels() * (c.d_conv + 1) * f32;  // conv1d weight and bias
+        bytes += 3 * s.heads() * f32 + s.d_inner() * f32;   // dt_bias, A_log, D; norm
+        bytes += d * s.d_inner() * m;                       // out_proj
         break;
       case LayerKind::kAttention:
-        bytes += s.qkv_width() * d * m;                            // q, k, v
-        bytes += d * s.q_heads() * c.attention_head_dim * m;       // o_proj
+        bytes += s.qkv_width() * d * m;                       // q, k, v
+        bytes += d * s.q_heads() * c.attention_head_dim * m;  // o_proj
         break;
       case LayerKind::kMlp:
         bytes += 2 * s.mlp_width() * d * m;  // up_proj, down_proj

@@ -13,9 +13,7 @@ void Replay(const char* target, void (*body)(const uint8_t*, size_t)) {
 }
 
 TEST(FuzzCorpusTest, Safetensors) { Replay("safetensors", fuzz::FuzzSafetensors); }
-TEST(FuzzCorpusTest, SafetensorsIndex) {
-  Replay("safetensors_index", fuzz::FuzzSafetensorsIndex);
-}
+TEST(FuzzCorpusTest, SafetensorsIndex) { Replay("safetensors_index", fuzz::FuzzSafetensorsIndex); }
 TEST(FuzzCorpusTest, TorchZip) { Replay("torch_zip", fuzz::FuzzTorchZip); }
 TEST(FuzzCorpusTest, TorchPickle) { Replay("torch_pickle", fuzz::FuzzTorchPickle); }
 TEST(FuzzCorpusTest, Config) { Replay("config", fuzz::FuzzConfig); }

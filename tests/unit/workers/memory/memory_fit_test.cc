@@ -63,8 +63,8 @@ TEST(CheckMemoryFitsTest, TheMessageFitsTheAgreedCause) {
   need.ranks = 16;
   need.ranks_sharing = 8;
   const absl::Status status = CheckMemoryFits(
-      need, MemoryAvailable{int64_t{1000000000000}, "host memory", false, "--max-host-memory",
-                            "..."});
+      need,
+      MemoryAvailable{int64_t{1000000000000}, "host memory", false, "--max-host-memory", "..."});
   ASSERT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_LE(status.message().size(), 240u) << status.message();
   EXPECT_THAT(std::string(status.message()), HasSubstr("smaller --memory-budget"));

@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "workers/comm/thread_communicator.h"
-#include "workers/model/model_files.h"
-#include "workers/model/shard_layout.h"
-#include "workers/model/weights.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "tests/unit/workers/runner/runner_fixture.h"
 #include "tests/unit/workers/runner/thread_ranks.h"
+#include "workers/comm/thread_communicator.h"
+#include "workers/model/model_files.h"
+#include "workers/model/shard_layout.h"
+#include "workers/model/weights.h"
 
 namespace coil {
 namespace {
@@ -93,8 +93,8 @@ TEST(ShardWeightBytesTest, IsWhatEachRankLoads) {
           auto model = model::Model::Load(*files, **backend, *(*group)[rank], load);
           ASSERT_TRUE(model.ok()) << model.status();
           loaded[rank] = static_cast<int64_t>((*model)->weight_bytes());
-          predicted[rank] = model::ShardWeightBytes(files->config, (*model)->layout(),
-                                                    (*model)->weight_dtype());
+          predicted[rank] =
+              model::ShardWeightBytes(files->config, (*model)->layout(), (*model)->weight_dtype());
         });
       }
       for (std::thread& thread : threads) thread.join();
