@@ -249,6 +249,7 @@ struct ServePlan {
   Budgets budgets;
   BackendFlags device;
   model::LoadOptions load;
+  int64_t max_host_memory = 0;  // --max-host-memory; 0: none
 };
 
 absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int tp_size) {
@@ -258,6 +259,7 @@ absl::StatusOr<ServePlan> CheckConfiguration(const std::string& model_dir, int t
   ServePlan plan;
   COIL_ASSIGN_OR_RETURN(plan.device, BackendFlagsFromCommandLine());
   COIL_ASSIGN_OR_RETURN(plan.load, LoadOptionsFromCommandLine());
+  COIL_ASSIGN_OR_RETURN(plan.max_host_memory, MaxHostMemoryFromCommandLine());
   COIL_ASSIGN_OR_RETURN(plan.model, model::LoadModelConfig(model_dir));
   if (plan.model.nheads() % tp_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -697,8 +699,13 @@ int Main(int argc, char** argv) {
   run.kv_pages = plan->scheduler.kv_pages;
   run.block_size = plan->scheduler.block_size;
   run.max_context = plan->scheduler.max_model_len;  // the decode graphs' capacity
+  // Refused before any weight is read when the weights and the pools do not fit the memory
+  // this rank can get (workers/memory_fit.h).
+  MemoryLimits limits;
+  limits.max_host_bytes = plan->max_host_memory;
+  limits.pool_flags = "--memory-budget";
   const absl::Status model_loaded =
-      runtime.LoadModel(model_dir, load, plan->scheduler.state_rows, run);
+      runtime.LoadModel(model_dir, load, plan->scheduler.state_rows, run, limits);
   if (!Ready(model_loaded, "loading", rank)) {
     return 1;
   }

@@ -1,23 +1,56 @@
 #!/usr/bin/env bash
 # Builds coil's libFuzzer targets (tests/fuzz/) with clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer in build-fuzz/, and runs each for a given time on a working
-# copy of its seed corpus. Installs clang and libclang-rt-14-dev (libFuzzer's runtime) when
-# missing: the normal build does not need them. Exits non-zero when a target finds a crash;
-# the input is left in build-fuzz/artifacts/<target>/. To make it a regression test, fix the
-# bug and copy the input into tests/fuzz/corpus/<target>/: the model tests replay that
-# folder on every ctest run (FuzzCorpusTest).
+# copy of its seed corpus. One target per reader of untrusted files:
+#   fuzz_safetensors        safetensors files (header JSON, dtypes, offsets)
+#   fuzz_safetensors_index  model.safetensors.index.json (the sharded checkpoint's weight_map)
+#   fuzz_torch_zip          torch.save's pytorch_model.bin: the zip archive and the pickle in it
+#   fuzz_torch_pickle       torch.save's data.pkl alone (the unpickler; writer round trip)
+#   fuzz_config             config.json (both Mamba2 dialects and Nemotron-H)
+#   fuzz_tokenizer_json     tokenizer.json: the loader and what it builds (normalizers,
+#                           pre-tokenizer, BPE, decoder, added tokens), encoding and decoding
+#   fuzz_tokenizer_regex    the Split/Replace regular expressions (pattern line, then text)
+# Installs clang and libclang-rt-14-dev (libFuzzer's runtime) when missing: the normal
+# build does not need them. Exits non-zero when a target finds a crash, a hang (an input
+# over 10 s) or a sanitizer report; the input is left in build-fuzz/artifacts/<target>/. To
+# make it a regression test, fix the bug and copy the input into
+# tests/fuzz/corpus/<target without fuzz_>/: ctest replays those folders on every run
+# (FuzzCorpusTest in checkpoint_test and tokenizer_test).
 #
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET (default 60)] [TARGET...]
-#   targets: fuzz_safetensors fuzz_torch_zip fuzz_config (default: all)
+#        scripts/fuzz.sh --help
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+all_targets=(fuzz_safetensors fuzz_safetensors_index fuzz_torch_zip fuzz_torch_pickle fuzz_config
+  fuzz_tokenizer_json fuzz_tokenizer_regex)
+usage() {
+  echo "usage: scripts/fuzz.sh [SECONDS_PER_TARGET (default 60)] [TARGET...]"
+  echo "  runs each target (default: all) for SECONDS_PER_TARGET seconds; targets:"
+  printf '    %s\n' "${all_targets[@]}"
+}
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  usage
+  exit 0
+fi
 seconds=${1:-60}
+if ! [[ $seconds =~ ^[0-9]+$ ]] || ((seconds == 0)); then
+  echo "fuzz: SECONDS_PER_TARGET must be a positive whole number, got '$seconds'" >&2
+  usage >&2
+  exit 2
+fi
 shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(fuzz_safetensors fuzz_torch_zip fuzz_config)
+  targets=("${all_targets[@]}")
 fi
+for target in "${targets[@]}"; do
+  if [[ " ${all_targets[*]} " != *" $target "* ]]; then
+    echo "fuzz: no target '$target'" >&2
+    usage >&2
+    exit 2
+  fi
+done
 
 missing=()
 for package in clang libclang-rt-14-dev; do
@@ -35,6 +68,8 @@ fi
 
 build=build-fuzz
 sanitizers="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
+# Table lookups left out of the coverage feedback (see the file).
+sanitizers+=" -fsanitize-coverage-ignorelist=$PWD/tests/fuzz/coverage_ignorelist.txt"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_C_FLAGS="$sanitizers" -DCMAKE_CXX_FLAGS="$sanitizers" \

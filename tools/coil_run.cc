@@ -351,6 +351,7 @@ int Main(int argc, char** argv) {
   // every rank's (RankRuntime agrees on each phase's status).
   absl::StatusOr<BackendFlags> device = BackendFlagsFromCommandLine();
   absl::StatusOr<model::LoadOptions> load = LoadOptionsFromCommandLine();
+  absl::StatusOr<int64_t> max_host_memory = MaxHostMemoryFromCommandLine();
   const absl::Status arguments = [&]() -> absl::Status {
     if (model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
     if (absl::GetFlag(FLAGS_prompt).empty() == absl::GetFlag(FLAGS_ids).empty() &&
@@ -358,6 +359,7 @@ int Main(int argc, char** argv) {
       return absl::InvalidArgumentError("give exactly one of --prompt TEXT and --ids 1,2,3");
     }
     COIL_RETURN_IF_ERROR(device.status());
+    COIL_RETURN_IF_ERROR(max_host_memory.status());
     return load.status();
   }();
   if (failed(runtime.Agree(arguments))) return 1;
@@ -375,7 +377,11 @@ int Main(int argc, char** argv) {
   }
   run.kv_pages = (absl::GetFlag(FLAGS_max_model_len) + run.block_size - 1) / run.block_size;
   run.max_context = absl::GetFlag(FLAGS_max_model_len);
-  if (failed(runtime.LoadModel(model_dir, *load, /*state_rows=*/1, run))) return 1;
+  // Refused before any weight is read when the weights do not fit (workers/memory_fit.h).
+  MemoryLimits limits;
+  limits.max_host_bytes = *max_host_memory;
+  // (Its pools are one sequence's: no flag of the pools to advise.)
+  if (failed(runtime.LoadModel(model_dir, *load, /*state_rows=*/1, run, limits))) return 1;
 
   // Rank 0: the tokenizer (text needs it; ids and an ids --score file do not) and the prompt.
   std::unique_ptr<TextCodec> tok;

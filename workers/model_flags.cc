@@ -2,6 +2,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "engine/memory_budget.h"
 
 ABSL_FLAG(std::string, weights, "auto",
           "matrix weight type: auto (bf16 when the checkpoint stores 16-bit weights), f32 or bf16");
@@ -15,6 +16,10 @@ ABSL_FLAG(coil::StateDtypeFlag, state_dtype, coil::StateDtypeFlag{},
 ABSL_FLAG(bool, fused_mixer, true,
           "run a decode step's conv, scan and gated norm as one fused op (false: its ops in "
           "turn, the same tokens; for measuring the fusion)");
+ABSL_FLAG(std::string, max_host_memory, "",
+          "the most host memory this process may use, e.g. 8GiB (default: what the machine "
+          "and its cgroup allow); a checkpoint whose weights and state do not fit is refused "
+          "at start with the sizes");
 
 namespace coil {
 
@@ -50,6 +55,12 @@ RunnerOptions RunnerOptionsFromCommandLine() {
   run.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   run.state_dtype = absl::GetFlag(FLAGS_state_dtype).dtype;
   return run;
+}
+
+absl::StatusOr<int64_t> MaxHostMemoryFromCommandLine() {
+  const std::string text = absl::GetFlag(FLAGS_max_host_memory);
+  if (text.empty()) return 0;
+  return ParseByteSize(text, "--max-host-memory");
 }
 
 }  // namespace coil

@@ -1,16 +1,18 @@
 // The model-loading flags of every program that loads a model (coil-serve, coil-run,
-// model_bench), defined once: --weights, --cuda-graphs, --fused-mixer, --state-dtype. A
-// program links coil_model_flags and reads them with LoadOptionsFromCommandLine() and
-// RunnerOptionsFromCommandLine().
+// model_bench), defined once: --weights, --cuda-graphs, --fused-mixer, --state-dtype,
+// --max-host-memory. A program links coil_model_flags and reads them with
+// LoadOptionsFromCommandLine(), RunnerOptionsFromCommandLine() and
+// MaxHostMemoryFromCommandLine().
 #ifndef COIL_WORKERS_MODEL_FLAGS_H_
 #define COIL_WORKERS_MODEL_FLAGS_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/tensor.h"
-#include "absl/status/statusor.h"
 #include "workers/model/model.h"
 #include "workers/model_runner.h"
 
@@ -30,6 +32,7 @@ ABSL_DECLARE_FLAG(std::string, weights);
 ABSL_DECLARE_FLAG(coil::StateDtypeFlag, state_dtype);
 ABSL_DECLARE_FLAG(bool, cuda_graphs);
 ABSL_DECLARE_FLAG(bool, fused_mixer);
+ABSL_DECLARE_FLAG(std::string, max_host_memory);
 
 namespace coil {
 
@@ -37,6 +40,9 @@ namespace coil {
 absl::StatusOr<model::LoadOptions> LoadOptionsFromCommandLine();
 // --cuda-graphs, --state-dtype.
 RunnerOptions RunnerOptionsFromCommandLine();
+// --max-host-memory in bytes (0 when not given: no cap beyond what the host reports);
+// INVALID_ARGUMENT for a size ParseByteSize does not read.
+absl::StatusOr<int64_t> MaxHostMemoryFromCommandLine();
 
 }  // namespace coil
 

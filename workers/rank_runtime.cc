@@ -1,5 +1,6 @@
 #include "workers/rank_runtime.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
 
@@ -10,6 +11,9 @@
 #include "common/status_macros.h"
 #include "workers/comm/local_rank.h"
 #include "workers/comm/step_status.h"
+#include "workers/memory_fit.h"
+#include "workers/model/shard_layout.h"
+#include "workers/model/weights.h"
 #if COIL_WITH_MPI
 #include "workers/comm/broadcast_channel.h"
 #include "workers/comm/mpi_session.h"
@@ -20,6 +24,7 @@
 #endif
 #if COIL_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/runtime_info.h"
 #include "workers/comm/nccl_communicator.h"
 #endif
 
@@ -152,11 +157,81 @@ absl::Status RankRuntime::OpenDevice(BackendKind kind, BackendOptions options,
 #endif
 }
 
+namespace {
+
+// What this rank will allocate for `files` (headers only: the config and the stored type
+// of the matrices): its weights in the type the model will hold them, and the state pool
+// and KV cache ModelRunner::Create makes, each with its scratch entry.
+absl::StatusOr<MemoryNeed> RankMemoryNeed(const model::ModelFiles& files,
+                                          const model::LoadOptions& options, int64_t state_rows,
+                                          const RunnerOptions& run, int tp_size, int rank) {
+  const model::ModelConfig& config = files.config;
+  COIL_ASSIGN_OR_RETURN(const model::ShardLayout layout,
+                        model::MakeShardLayout(config, tp_size, rank));
+  COIL_ASSIGN_OR_RETURN(const DType dtype,
+                        model::ChooseWeightDType(*files.checkpoint, config, options.weight_type));
+  MemoryNeed need;
+  need.rank = rank;
+  need.ranks = tp_size;
+  need.weight_dtype = DTypeName(dtype);
+  need.weight_bytes = model::ShardWeightBytes(config, layout, dtype);
+  const StatePoolShape state =
+      model::ShardStateShape(config, layout, std::max<int64_t>(state_rows, 0), run.state_dtype);
+  need.pool_bytes = (std::max<int64_t>(state_rows, 0) + 1) * state.bytes_per_sequence();
+  if (config.has_attention() && run.kv_pages > 0 && run.block_size > 0) {
+    const KvCacheShape kv =
+        model::ShardKvShape(config, layout, run.kv_pages, run.block_size, dtype);
+    need.pool_bytes += (run.kv_pages + 1) * kv.bytes_per_page();
+  }
+  return need;
+}
+
+// The memory this rank's weights and pools come from: its GPU's free bytes on CUDA, else
+// the host's (the smallest of MemAvailable, the cgroup's headroom and the cap).
+absl::StatusOr<MemoryAvailable> RankMemoryAvailable(Backend& backend, int64_t max_host_bytes) {
+#if COIL_WITH_CUDA
+  if (auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend)) {
+    const int device = cuda_backend->device_index();
+    COIL_ASSIGN_OR_RETURN(const cuda::DeviceMemory memory, cuda::QueryDeviceMemory(device));
+    MemoryAvailable available;
+    available.bytes = static_cast<int64_t>(memory.free_bytes);
+    available.where = absl::StrCat("GPU ", device);
+    available.device = true;
+    available.limited_by = "cudaMemGetInfo";
+    available.source = absl::StrCat("cudaMemGetInfo: free of ",
+                                    DescribeBytes(static_cast<int64_t>(memory.total_bytes)));
+    return available;
+  }
+#endif
+  return HostMemoryAvailable(max_host_bytes);
+}
+
+}  // namespace
+
 absl::Status RankRuntime::LoadModel(const std::string& model_dir, const model::LoadOptions& options,
-                                    int64_t state_rows, const RunnerOptions& run) {
+                                    int64_t state_rows, const RunnerOptions& run,
+                                    const MemoryLimits& limits) {
   COIL_RETURN_IF_ERROR(Agree([&]() -> absl::Status {
     if (backend_ == nullptr) return absl::FailedPreconditionError("LoadModel before OpenDevice");
     COIL_ASSIGN_OR_RETURN(files_, model::OpenModelFiles(model_dir));
+    // Before any weight is read: a checkpoint larger than the memory is refused here, with
+    // the sizes, rather than killed part-way through loading.
+    COIL_ASSIGN_OR_RETURN(MemoryNeed need,
+                          RankMemoryNeed(files_, options, state_rows, run, size(), rank()));
+    need.pool_flags = limits.pool_flags;
+    COIL_ASSIGN_OR_RETURN(const MemoryAvailable available,
+                          RankMemoryAvailable(*backend_, limits.max_host_bytes));
+    // Ranks on one host share its memory; each GPU rank has its own.
+    if (!available.device) {
+      need.ranks_sharing = std::min(LocalRanksFromEnvironment(), size());
+    }
+    const absl::Status fits = CheckMemoryFits(need, available);
+    if (!fits.ok()) {
+      // The agreed status is cut at 240 bytes; this rank's log keeps every reading.
+      COIL_LOG(ERROR) << "the model does not fit: " << MemoryReport(need, available);
+      return fits;
+    }
+    if (rank() == 0) COIL_LOG(INFO) << "memory: " << MemoryReport(need, available);
     COIL_ASSIGN_OR_RETURN(model_, model::Model::Load(files_, *backend_, model_comm(), options));
     COIL_ASSIGN_OR_RETURN(runner_,
                           ModelRunner::Create(*model_, *backend_, *comm_, state_rows, run));

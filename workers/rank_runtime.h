@@ -31,6 +31,16 @@
 
 namespace coil {
 
+// What LoadModel checks a rank's weights and pools against, before it reads a weight
+// (workers/memory_fit.h).
+struct MemoryLimits {
+  // --max-host-memory: the most host memory coil may use (0: what the host and the cgroup
+  // report). Taken with the smaller of those; not used on a GPU.
+  int64_t max_host_bytes = 0;
+  // The flag that sizes the state rows and KV pages, named in the advice ("--memory-budget").
+  std::string pool_flags;
+};
+
 class RankRuntime {
  public:
   ~RankRuntime();
@@ -77,10 +87,14 @@ class RankRuntime {
   // What the model's collectives go through: NCCL between GPU ranks, else comm().
   comm::Communicator& model_comm() { return model_comm_ != nullptr ? *model_comm_ : *comm_; }
 
-  // Phase 3, collective: opens the checkpoint in `model_dir`, loads this rank's shard and
-  // makes a runner with `state_rows` state rows. Agreed.
+  // Phase 3, collective: opens the checkpoint in `model_dir` (its headers only), checks
+  // that this rank's weights, `state_rows` state rows and run.kv_pages KV pages fit the
+  // memory it can get (RESOURCE_EXHAUSTED with the sizes and what to do when they do not:
+  // CheckMemoryFits), loads this rank's shard and makes a runner. Agreed, so every rank
+  // stops with the message.
   absl::Status LoadModel(const std::string& model_dir, const model::LoadOptions& options,
-                         int64_t state_rows, const RunnerOptions& run = {});
+                         int64_t state_rows, const RunnerOptions& run = {},
+                         const MemoryLimits& limits = {});
   model::Model& model() { return *model_; }
   ModelRunner& runner() { return *runner_; }
 

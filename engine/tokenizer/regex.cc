@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <unordered_map>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -19,6 +21,10 @@ namespace {
 constexpr uint32_t kUnlimited = std::numeric_limits<uint32_t>::max();
 // Bounds a pattern's program: counted repetitions of groups are unrolled.
 constexpr size_t kMaxInstructions = 1 << 16;
+// Bounds the nodes code generation visits, which unrolled repetitions of constructs that
+// emit no instruction (an empty group, "(?:){9}{9}{9}...") multiply without growing the
+// program.
+constexpr size_t kMaxEmittedNodes = 1 << 20;
 
 uint32_t CategoryBit(Category category) { return 1u << static_cast<int>(category); }
 
@@ -253,8 +259,7 @@ class RegexCompiler {
     for (const SetSpec& spec : sets_) regex_->sets_.emplace_back(spec.items, spec.negated);
     const absl::Status emitted = EmitProgram(**root);
     if (!emitted.ok()) return emitted;
-    const First first = FirstOf(**root);
-    if (!first.nullable) regex_->first_set_ = AddFirstSet(first);
+    regex_->first_set_ = FirstSetOf(**root);
     return std::move(regex_);
   }
 
@@ -1000,7 +1005,11 @@ class RegexCompiler {
 
   // ---- analysis ----
 
-  First FirstOf(const Node& node) {
+  // Memoized per node: a node reached again (a repetition unrolled, a nested one asking
+  // for its body's set at every level) costs nothing more; a set's bitmap is 65,536 tests.
+  const First& FirstOf(const Node& node) {
+    auto cached = first_of_.find(&node);
+    if (cached != first_of_.end()) return cached->second;
     First first;
     switch (node.kind) {
       case Node::Kind::kEmpty:
@@ -1019,7 +1028,7 @@ class RegexCompiler {
       case Node::Kind::kConcat: {
         first.nullable = true;
         for (const NodePtr& child : node.children) {
-          const First next = FirstOf(*child);
+          const First& next = FirstOf(*child);
           Merge(next, &first);
           if (!next.nullable) {
             first.nullable = false;
@@ -1030,20 +1039,20 @@ class RegexCompiler {
       }
       case Node::Kind::kAlternate:
         for (const NodePtr& child : node.children) {
-          const First next = FirstOf(*child);
+          const First& next = FirstOf(*child);
           Merge(next, &first);
           first.nullable = first.nullable || next.nullable;
         }
         break;
       case Node::Kind::kRepeat:
       case Node::Kind::kAtomic: {
-        const First inner = FirstOf(*node.children[0]);
+        const First& inner = FirstOf(*node.children[0]);
         Merge(inner, &first);
         first.nullable = inner.nullable || (node.kind == Node::Kind::kRepeat && node.min == 0);
         break;
       }
     }
-    return first;
+    return first_of_.emplace(&node, std::move(first)).first->second;
   }
 
   static void Merge(const First& from, First* into) {
@@ -1056,11 +1065,15 @@ class RegexCompiler {
     return static_cast<int32_t>(regex_->sets_.size()) - 1;
   }
 
-  // The first set of `node` for pruning a branch, or -1 when the branch can match empty.
-  int32_t BranchFirstSet(const Node& node) {
-    const First first = FirstOf(node);
-    if (first.nullable) return -1;
-    return AddFirstSet(first);
+  // The first set of `node` for pruning a branch, or -1 when the branch can match empty;
+  // one set per node, however often the node is emitted.
+  int32_t FirstSetOf(const Node& node) {
+    auto cached = first_set_of_.find(&node);
+    if (cached != first_set_of_.end()) return cached->second;
+    const First& first = FirstOf(node);
+    const int32_t set = first.nullable ? -1 : AddFirstSet(first);
+    first_set_of_.emplace(&node, set);
+    return set;
   }
 
   // ---- code generation ----
@@ -1093,7 +1106,7 @@ class RegexCompiler {
   Regex::Inst& At(size_t index) { return regex_->program_[index]; }
 
   absl::Status Emit(const Node& node) {
-    if (regex_->program_.size() > kMaxInstructions) {
+    if (regex_->program_.size() > kMaxInstructions || ++emitted_nodes_ > kMaxEmittedNodes) {
       return Unsupported(node.offset,
                          "a pattern this large (its counted repetitions unroll too far)");
     }
@@ -1120,7 +1133,7 @@ class RegexCompiler {
           }
           Regex::Inst split;
           split.op = Regex::Op::kSplit;
-          split.first_a = BranchFirstSet(child);
+          split.first_a = FirstSetOf(child);
           const size_t split_at = Append(split);
           At(split_at).a = static_cast<int32_t>(split_at + 1);
           COIL_RETURN_IF_ERROR(Emit(child));
@@ -1158,13 +1171,22 @@ class RegexCompiler {
   }
 
   int32_t BranchFirstSetOfRest(const Node& alternation, size_t from) {
+    const std::pair<const Node*, size_t> key(&alternation, from);
+    auto cached = rest_set_of_.find(key);
+    if (cached != rest_set_of_.end()) return cached->second;
     First first;
+    int32_t set = 0;
     for (size_t i = from; i < alternation.children.size(); ++i) {
-      const First next = FirstOf(*alternation.children[i]);
-      if (next.nullable) return -1;
+      const First& next = FirstOf(*alternation.children[i]);
+      if (next.nullable) {
+        set = -1;
+        break;
+      }
       Merge(next, &first);
     }
-    return AddFirstSet(first);
+    if (set == 0) set = AddFirstSet(first);
+    rest_set_of_.emplace(key, set);
+    return set;
   }
 
   absl::Status EmitRepeat(const Node& node, bool inside_atomic = false) {
@@ -1186,12 +1208,11 @@ class RegexCompiler {
       Append(inst);
       return absl::OkStatus();
     }
-    const First body_first = FirstOf(body);
-    if (node.max == kUnlimited && body_first.nullable) {
+    if (node.max == kUnlimited && FirstOf(body).nullable) {
       return Unsupported(node.offset, "an unbounded repetition of something that can match empty");
     }
     for (uint32_t i = 0; i < node.min; ++i) COIL_RETURN_IF_ERROR(Emit(body));
-    const int32_t first = body_first.nullable ? -1 : AddFirstSet(body_first);
+    const int32_t first = FirstSetOf(body);
     if (node.max == kUnlimited) {
       Regex::Inst split;
       split.op = Regex::Op::kSplit;
@@ -1241,6 +1262,11 @@ class RegexCompiler {
     bool possessive_repeat;
   };
   std::vector<Pending> pending_;
+  // FirstOf's and the first sets' memos (see FirstOf), and the nodes Emit has visited.
+  std::unordered_map<const Node*, First> first_of_;
+  std::unordered_map<const Node*, int32_t> first_set_of_;
+  std::map<std::pair<const Node*, size_t>, int32_t> rest_set_of_;
+  size_t emitted_nodes_ = 0;
 };
 
 // ---- Regex ----

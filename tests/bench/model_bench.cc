@@ -199,8 +199,13 @@ int Main(int argc, char** argv) {
   run_options.kv_pages = int64_t{pages_per_row} * rows;
   run_options.max_context = longest;  // the decode graphs' capacity: every context timed
 
-  absl::Status started = runtime.OpenDevice(device->device, device->options);
-  if (started.ok()) started = runtime.LoadModel(dir, *load, rows, run_options);
+  absl::StatusOr<int64_t> max_host_memory = MaxHostMemoryFromCommandLine();
+  absl::Status started = max_host_memory.status();
+  if (started.ok()) started = runtime.OpenDevice(device->device, device->options);
+  MemoryLimits limits;
+  limits.max_host_bytes = max_host_memory.value_or(0);
+  limits.pool_flags = "--batches";
+  if (started.ok()) started = runtime.LoadModel(dir, *load, rows, run_options, limits);
   if (!started.ok()) {
     if (rank == 0) fail(started);
     return 1;

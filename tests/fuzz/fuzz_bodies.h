@@ -1,7 +1,8 @@
-// What each fuzz target does with one input, shared by the libFuzzer entry points
-// (fuzz_*.cc, built with -DCOIL_FUZZ=ON) and the corpus replay test of the normal build
-// (tests/unit/workers/checkpoint/fuzz_corpus_test.cc), so that an input saved in
-// tests/fuzz/corpus/<target>/ after a finding is replayed by every ctest run.
+// What each checkpoint and config fuzz target does with one input, shared by the libFuzzer
+// entry points (fuzz_*.cc, built with -DCOIL_FUZZ=ON) and the corpus replay test of the
+// normal build (tests/unit/workers/checkpoint/fuzz_corpus_test.cc), so that an input saved
+// in tests/fuzz/corpus/<target>/ after a finding is replayed by every ctest run. The
+// tokenizer's bodies are in fuzz_tokenizer_bodies.h (they need the tokenizer library).
 #ifndef COIL_TESTS_FUZZ_FUZZ_BODIES_H_
 #define COIL_TESTS_FUZZ_FUZZ_BODIES_H_
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "workers/checkpoint/checkpoint.h"
 #include "workers/checkpoint/pytorch_zip.h"
 #include "workers/checkpoint/safetensors.h"
 #include "workers/checkpoint/torch_pickle.h"
@@ -34,6 +36,40 @@ inline void FuzzSafetensors(const uint8_t* data, size_t size) {
   auto tensors = checkpoint::ParseSafetensors({data, size}, "fuzz.safetensors");
   if (!tensors.ok()) return;
   for (const checkpoint::StoredTensor& tensor : *tensors) Touch(tensor.bytes);
+}
+
+// The sharded checkpoint's index (model.safetensors.index.json). An accepted index names
+// only shard files inside the model directory.
+inline void FuzzSafetensorsIndex(const uint8_t* data, size_t size) {
+  absl::string_view text(reinterpret_cast<const char*>(data), size);
+  auto index = checkpoint::ParseSafetensorsIndex(text, "fuzz.index.json");
+  if (!index.ok()) return;
+  for (const auto& [tensor, shard] : *index) {
+    if (shard.empty() || shard == "." || shard == ".." ||
+        shard.find_first_of(std::string("/\0", 2)) != std::string::npos) {
+      std::abort();  // a shard name that leaves the model directory was accepted
+    }
+  }
+}
+
+// torch.save's pickle (data.pkl) alone. An accepted state dict must come back the same
+// through WriteTorchStateDict (the writer coil-make-model uses) and the parser.
+inline void FuzzTorchPickle(const uint8_t* data, size_t size) {
+  auto tensors = checkpoint::ParseTorchStateDict({data, size});
+  if (!tensors.ok()) return;
+  std::string written = checkpoint::WriteTorchStateDict(*tensors);
+  auto back = checkpoint::ParseTorchStateDict(
+      {reinterpret_cast<const uint8_t*>(written.data()), written.size()});
+  if (!back.ok() || back->size() != tensors->size()) std::abort();
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    const checkpoint::PickledTensor& a = (*tensors)[i];
+    const checkpoint::PickledTensor& b = (*back)[i];
+    if (a.name != b.name || a.storage_key != b.storage_key || a.dtype != b.dtype ||
+        a.storage_numel != b.storage_numel || a.storage_offset != b.storage_offset ||
+        a.shape != b.shape || a.stride != b.stride) {
+      std::abort();  // the writer and the parser disagree on a tensor
+    }
+  }
 }
 
 // The torch.save reader whole (zip, then the pickle inside), the zip reader, and the

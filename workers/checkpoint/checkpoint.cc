@@ -197,6 +197,33 @@ absl::Status AddTensors(std::vector<StoredTensor> stored,
 
 }  // namespace
 
+absl::StatusOr<ShardIndex> ParseSafetensorsIndex(absl::string_view text,
+                                                 const std::string& index_path) {
+  absl::StatusOr<nlohmann::json> index = ParseJsonText(text, index_path);
+  if (!index.ok()) return absl::DataLossError(index.status().message());
+  auto weight_map = index->is_object() ? index->find("weight_map") : index->end();
+  if (weight_map == index->end() || !weight_map->is_object()) {
+    return absl::DataLossError(
+        absl::StrCat(index_path, " has no weight_map object {tensor: file}"));
+  }
+  ShardIndex shard_of;
+  for (auto it = weight_map->begin(); it != weight_map->end(); ++it) {
+    if (!it->is_string()) {
+      return absl::DataLossError(absl::StrCat(index_path, ": weight_map entry ", it.key(), " is ",
+                                              it->dump(), "; expected a file name"));
+    }
+    const std::string& shard = it->get_ref<const std::string&>();
+    if (shard.empty() || shard.find_first_of(std::string("/\0", 2)) != std::string::npos ||
+        shard == "." || shard == "..") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(index_path, ": tensor ", it.key(), " names shard '", shard,
+                       "'; a shard must be a file name in the model directory"));
+    }
+    shard_of[it.key()] = shard;
+  }
+  return shard_of;
+}
+
 absl::StatusOr<std::unique_ptr<Checkpoint>> OpenCheckpointFiles(const std::string& model_dir) {
   std::vector<std::unique_ptr<MappedFile>> files;
   std::map<std::string, StoredTensor> tensors;
@@ -207,30 +234,9 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> OpenCheckpointFiles(const std::strin
   std::string pytorch_path = model_dir + "/pytorch_model.bin";
   if (FileExists(index_path)) {
     COIL_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(index_path, 64u << 20));
-    absl::StatusOr<nlohmann::json> index = ParseJsonText(text, index_path);
-    if (!index.ok()) return absl::DataLossError(index.status().message());
-    auto weight_map = index->is_object() ? index->find("weight_map") : index->end();
-    if (weight_map == index->end() || !weight_map->is_object()) {
-      return absl::DataLossError(
-          absl::StrCat(index_path, " has no weight_map object {tensor: file}"));
-    }
-    std::map<std::string, std::string> shard_of;  // tensor -> file
+    COIL_ASSIGN_OR_RETURN(ShardIndex shard_of, ParseSafetensorsIndex(text, index_path));
     std::set<std::string> shards;
-    for (auto it = weight_map->begin(); it != weight_map->end(); ++it) {
-      if (!it->is_string()) {
-        return absl::DataLossError(absl::StrCat(index_path, ": weight_map entry ", it.key(), " is ",
-                                                it->dump(), "; expected a file name"));
-      }
-      const std::string& shard = it->get_ref<const std::string&>();
-      if (shard.empty() || shard.find_first_of(std::string("/\0", 2)) != std::string::npos ||
-          shard == "." || shard == "..") {
-        return absl::InvalidArgumentError(
-            absl::StrCat(index_path, ": tensor ", it.key(), " names shard '", shard,
-                         "'; a shard must be a file name in the model directory"));
-      }
-      shard_of[it.key()] = shard;
-      shards.insert(shard);
-    }
+    for (const auto& [tensor, shard] : shard_of) shards.insert(shard);
     for (const std::string& shard : shards) {
       std::string path = model_dir + "/" + shard;
       COIL_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));

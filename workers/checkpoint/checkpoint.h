@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "workers/checkpoint/dtype.h"
 #include "workers/checkpoint/mapped_file.h"
@@ -98,6 +99,16 @@ class Checkpoint {
 // "embedding.weight"); a key outside both layouts is returned unchanged (and will be
 // reported as unused).
 std::string CanonicalTensorName(const std::string& key);
+
+// A sharded checkpoint's model.safetensors.index.json: tensor name -> shard file name.
+using ShardIndex = std::map<std::string, std::string>;
+
+// Parses the text of an index file (`index_path` names it in errors): its "weight_map"
+// object, each value a file name in the model directory (no '/', NUL, "." or "..").
+// DATA_LOSS for malformed JSON or a missing weight_map, INVALID_ARGUMENT for a shard name
+// that would leave the directory.
+absl::StatusOr<ShardIndex> ParseSafetensorsIndex(absl::string_view text,
+                                                 const std::string& index_path);
 
 // Opens the tensor files of `model_dir`: model.safetensors.index.json (with its shards),
 // model.safetensors or pytorch_model.bin, in that order of preference. Checks each file's

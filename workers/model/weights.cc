@@ -57,6 +57,35 @@ absl::StatusOr<::coil::DType> ChooseWeightDType(const checkpoint::Checkpoint& ch
   return info.dtype == checkpoint::DType::kF32 ? ::coil::DType::kF32 : ::coil::DType::kBF16;
 }
 
+int64_t ShardWeightBytes(const ModelConfig& c, const ShardLayout& s, ::coil::DType matrix_dtype) {
+  // Follows Model::LoadWeights and the Load*Weights functions below, tensor by tensor.
+  const int64_t m = static_cast<int64_t>(DTypeSize(matrix_dtype));
+  const int64_t f32 = 4;
+  const int64_t d = c.d_model;
+  const int64_t vocab = s.vocab.size();
+  int64_t bytes = vocab * d * m * (c.tie_embeddings ? 1 : 2);  // embedding, lm_head
+  bytes += d * f32;                                            // norm_f
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    bytes += d * f32;  // the block's norm
+    switch (c.layer_kind(l)) {
+      case LayerKind::kMamba2:
+        bytes += s.in_proj_rows() * d * m;                  // in_proj
+        bytes += s.conv_channels() * (c.d_conv + 1) * f32;  // conv1d weight and bias
+        bytes += 3 * s.heads() * f32 + s.d_inner() * f32;   // dt_bias, A_log, D; norm
+        bytes += d * s.d_inner() * m;                       // out_proj
+        break;
+      case LayerKind::kAttention:
+        bytes += s.qkv_width() * d * m;                       // q, k, v
+        bytes += d * s.q_heads() * c.attention_head_dim * m;  // o_proj
+        break;
+      case LayerKind::kMlp:
+        bytes += 2 * s.mlp_width() * d * m;  // up_proj, down_proj
+        break;
+    }
+  }
+  return bytes;
+}
+
 absl::StatusOr<Tensor> WeightStore::Upload(Backend& backend, const std::vector<uint8_t>& host,
                                            ::coil::DType dtype,
                                            std::initializer_list<int64_t> shape) {

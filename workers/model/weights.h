@@ -37,6 +37,13 @@ absl::StatusOr<WeightType> ParseWeightType(absl::string_view text);  // auto|f32
 absl::StatusOr<::coil::DType> ChooseWeightDType(const checkpoint::Checkpoint& checkpoint,
                                                 const ModelConfig& config, WeightType type);
 
+// The bytes of weights the rank `layout` describes holds once loaded, matrices in
+// `matrix_dtype` (f32 or bf16) and vectors in f32: what Model::Load's WeightStore ends up
+// with, worked out from the config and the layout alone (no tensor is read), so that a
+// program can refuse a checkpoint that does not fit before loading it.
+int64_t ShardWeightBytes(const ModelConfig& config, const ShardLayout& layout,
+                         ::coil::DType matrix_dtype);
+
 // Owns the backend memory of a rank's weights.
 class WeightStore {
  public:

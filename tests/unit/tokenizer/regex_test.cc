@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -151,6 +152,34 @@ TEST(RegexTest, RefusesWhatItDoesNotImplement) {
     EXPECT_EQ(regex.status().code(), absl::StatusCode::kInvalidArgument) << malformed;
     EXPECT_THAT(std::string(regex.status().message()), HasSubstr("offset")) << malformed;
   }
+}
+
+// Repetitions stacked on repetitions ("0+++...", a fuzzer's find: each level emits its
+// body twice, and asked for its body's first set at every level, a set of 65,536 tests) and
+// unrolled repetitions of an empty group (which emit nothing, so the program never grows
+// to its limit) compile in moments: the first sets are worked out once a node, and the
+// code generation is bounded. Either compiles or is refused as too large, by name.
+TEST(RegexTest, StackedRepetitionsCompileInMoments) {
+  const std::string stacked = "0" + std::string(60, '+') + "!" + std::string(60, '+');
+  std::string empty_unrolled = "(?:)";
+  for (int i = 0; i < 12; ++i) empty_unrolled += "{9}";
+  std::string nested_classes = "\\p{L}";
+  for (int i = 0; i < 40; ++i) nested_classes = "(?:" + nested_classes + "|[a-z])+";
+  for (const std::string& pattern : {stacked, empty_unrolled, nested_classes}) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto regex = Regex::Compile(pattern);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 2.0) << pattern;
+    if (!regex.ok()) {
+      EXPECT_EQ(regex.status().code(), absl::StatusCode::kUnimplemented) << regex.status();
+      EXPECT_THAT(std::string(regex.status().message()), HasSubstr("a pattern this large"));
+    }
+  }
+  // A pattern inside the limits still matches as before.
+  const auto a = Compile("(?:a+)+b");
+  ASSERT_NE(a, nullptr);
+  EXPECT_THAT(AllMatches(*a, "xaab aab"), ElementsAre(std::make_pair(1, 4), std::make_pair(5, 8)));
 }
 
 // The GPT-2 pattern through the engine gives the hand-written scanner's pieces on random
