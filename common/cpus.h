@@ -1,7 +1,8 @@
 // How many threads a rank should compute with. mpirun binds each rank to one core by
 // default when there are at most two ranks; threads beyond the cores a process may run on
-// only take turns on them (decode measured 10x slower), so the default follows the
-// process's CPU affinity and an explicit larger value is warned about.
+// only take turns on them, which slows decode many times over (the figure:
+// docs/deployment.md), so the default follows the process's CPU affinity and an explicit
+// larger value is warned about.
 #ifndef COIL_COMMON_CPUS_H_
 #define COIL_COMMON_CPUS_H_
 

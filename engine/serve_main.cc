@@ -128,8 +128,7 @@ ABSL_FLAG(double, rank_timeout, 10,
           "silence");
 ABSL_FLAG(double, step_timeout, 600,
           "seconds one step may compute on a rank outside collectives before the rank counts "
-          "as hung (0: never); far above any real step (a 2048-token prefill of the 130m "
-          "shape takes about 1.3 s on 2 cores)");
+          "as hung (0: never); far above any real step");
 ABSL_FLAG(int32_t, metrics_port, 9400,
           "port of the Prometheus /metrics endpoint on --metrics-host (0: any free port; -1: off)");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",

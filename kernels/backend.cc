@@ -379,7 +379,7 @@ absl::Status Backend::Embedding(const Tensor& ids, const Tensor& table, int64_t 
     return absl::InvalidArgumentError(
         absl::StrCat("vocab_offset is ", vocab_offset, "; it must be >= 0"));
   }
-  return TimedOp([] { return "Embedding"; },
+  return TimedOp([] { return BackendOpName(BackendOp::kEmbedding); },
                  [&] { return DoEmbedding(ids, table, vocab_offset, out); });
 }
 
@@ -399,7 +399,7 @@ absl::Status Backend::AddRmsNorm(const Tensor& x, const Tensor& weight, float ep
   if (!(eps > 0.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("eps is ", eps, "; it must be > 0"));
   }
-  return TimedOp([] { return "AddRmsNorm"; },
+  return TimedOp([] { return BackendOpName(BackendOp::kAddRmsNorm); },
                  [&] { return DoAddRmsNorm(x, weight, eps, residual, out); });
 }
 
@@ -416,15 +416,16 @@ absl::Status Backend::Matmul(const Tensor& x, const Tensor& w, const Tensor& y) 
   COIL_RETURN_IF_ERROR(CheckDim("w", w, 1, x.dim(1), "x's width K"));
   COIL_RETURN_IF_ERROR(CheckDim("y", y, 0, x.dim(0), "x's rows M"));
   COIL_RETURN_IF_ERROR(CheckDim("y", y, 1, w.dim(0), "w's rows N"));
-  return TimedOp([&] { return absl::StrCat("Matmul ", w.dim(0), "x", w.dim(1)); },
-                 [&] { return DoMatmul(x, w, y); });
+  return TimedOp(
+      [&] { return absl::StrCat(BackendOpName(BackendOp::kMatmul), " ", w.dim(0), "x", w.dim(1)); },
+      [&] { return DoMatmul(x, w, y); });
 }
 
 absl::Status Backend::CausalConv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                    const RecurrentBatch& batch, const Tensor& conv_state,
                                    const Tensor& out) {
   COIL_RETURN_IF_ERROR(CheckCausalConv1d(*this, x, weight, bias, batch, conv_state, out));
-  return TimedOp([] { return "CausalConv1d"; },
+  return TimedOp([] { return BackendOpName(BackendOp::kCausalConv1d); },
                  [&] { return DoCausalConv1d(x, weight, bias, batch, conv_state, out); });
 }
 
@@ -436,7 +437,7 @@ absl::Status Backend::SsmScan(const Tensor& x, const Tensor& dt, const Tensor& a
   COIL_RETURN_IF_ERROR(
       CheckSsmScan(*this, x, dt, a_log, b, c, d, dt_bias, options, batch, ssm_state, y));
   return TimedOp(
-      [] { return "SsmScan"; },
+      [] { return BackendOpName(BackendOp::kSsmScan); },
       [&] { return DoSsmScan(x, dt, a_log, b, c, d, dt_bias, options, batch, ssm_state, y); });
 }
 
@@ -456,7 +457,7 @@ absl::Status Backend::GatedSumSquares(const Tensor& y, const Tensor& z, int64_t 
   }
   COIL_RETURN_IF_ERROR(CheckDim("sumsq", sumsq, 0, y.dim(0), "y's rows"));
   COIL_RETURN_IF_ERROR(CheckDim("sumsq", sumsq, 1, ngroups, "ngroups"));
-  return TimedOp([] { return "GatedSumSquares"; },
+  return TimedOp([] { return BackendOpName(BackendOp::kGatedSumSquares); },
                  [&] { return DoGatedSumSquares(y, z, ngroups, gated, sumsq); });
 }
 
@@ -484,14 +485,14 @@ absl::Status Backend::GatedNormApply(const Tensor& gated, const Tensor& sumsq,
   if (!(eps > 0.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("eps is ", eps, "; it must be > 0"));
   }
-  return TimedOp([] { return "GatedNormApply"; },
+  return TimedOp([] { return BackendOpName(BackendOp::kGatedNormApply); },
                  [&] { return DoGatedNormApply(gated, sumsq, weight, group_size, eps, out); });
 }
 
 absl::Status Backend::GatedRmsNorm(const Tensor& y, const Tensor& z, const Tensor& weight,
                                    int64_t ngroups, float eps, const Tensor& out) {
   COIL_RETURN_IF_ERROR(CheckGatedRmsNorm(*this, y, z, weight, ngroups, eps, out));
-  return TimedOp([] { return "GatedRmsNorm"; },
+  return TimedOp([] { return BackendOpName(BackendOp::kGatedRmsNorm); },
                  [&] { return DoGatedRmsNorm(y, z, weight, ngroups, eps, out); });
 }
 
@@ -628,7 +629,7 @@ absl::Status Backend::MixerDecode(const Tensor& xbc_in, const Tensor& dt, const 
   COIL_RETURN_IF_ERROR(CheckGatedRmsNorm(*this, y, z, weights.norm_weight, groups, norm_eps, out));
   COIL_RETURN_IF_ERROR(CheckMixerOverlaps("MixerDecode", xbc_in, dt, z, weights, conv_state,
                                           ssm_state, {{"xbc", &xbc}, {"y", &y}, {"out", &out}}));
-  return TimedOp([] { return "MixerDecode"; },
+  return TimedOp([] { return BackendOpName(BackendOp::kMixerDecode); },
                  [&] {
                    return DoMixerDecode(xbc_in, dt, z, weights, options, norm_eps, batch,
                                         conv_state, ssm_state, xbc, y, out);
@@ -674,7 +675,7 @@ absl::Status Backend::MixerDecodeSumSquares(const Tensor& xbc_in, const Tensor& 
   COIL_RETURN_IF_ERROR(CheckMixerOverlaps("MixerDecodeSumSquares", xbc_in, dt, z, weights,
                                           conv_state, ssm_state,
                                           {{"xbc", &xbc}, {"y", &y}, {"sumsq", &sumsq}}));
-  return TimedOp([] { return "MixerDecodeSumSquares"; },
+  return TimedOp([] { return BackendOpName(BackendOp::kMixerDecodeSumSquares); },
                  [&] {
                    return DoMixerDecodeSumSquares(xbc_in, dt, z, weights, options, batch,
                                                   conv_state, ssm_state, xbc, y, sumsq);
@@ -901,7 +902,7 @@ absl::Status Backend::KvCacheWrite(const Tensor& k, const Tensor& v, const Paged
     }
   }
   COIL_RETURN_IF_ERROR(CheckPagedKvBatch(batch, k.dim(0), k_cache.dim(0) - 1));
-  return TimedOp([] { return "KvCacheWrite"; },
+  return TimedOp([] { return BackendOpName(BackendOp::kKvCacheWrite); },
                  [&] { return DoKvCacheWrite(k, v, batch, k_cache, v_cache); });
 }
 
@@ -931,7 +932,7 @@ absl::Status Backend::PagedAttention(const Tensor& q, const Tensor& k_cache,
     }
   }
   COIL_RETURN_IF_ERROR(CheckPagedKvBatch(batch, q.dim(0), k_cache.dim(0) - 1));
-  return TimedOp([] { return "PagedAttention"; },
+  return TimedOp([] { return BackendOpName(BackendOp::kPagedAttention); },
                  [&] { return DoPagedAttention(q, k_cache, v_cache, batch, scale, out); });
 }
 
@@ -946,7 +947,7 @@ absl::Status Backend::Relu2(const Tensor& x, const Tensor& out) {
     return absl::InvalidArgumentError(
         "out overlaps x without being x; pass x itself (f32) or memory of its own");
   }
-  return TimedOp([] { return "Relu2"; }, [&] { return DoRelu2(x, out); });
+  return TimedOp([] { return BackendOpName(BackendOp::kRelu2); }, [&] { return DoRelu2(x, out); });
 }
 
 absl::Status Backend::Argmax(const Tensor& logits, const Tensor& ids, const Tensor& values) {
@@ -955,7 +956,8 @@ absl::Status Backend::Argmax(const Tensor& logits, const Tensor& ids, const Tens
   COIL_RETURN_IF_ERROR(CheckTensor(*this, "values", values, {DType::kF32}, 1));
   COIL_RETURN_IF_ERROR(CheckDim("ids", ids, 0, logits.dim(0), "logits' rows"));
   COIL_RETURN_IF_ERROR(CheckDim("values", values, 0, logits.dim(0), "logits' rows"));
-  return TimedOp([] { return "Argmax"; }, [&] { return DoArgmax(logits, ids, values); });
+  return TimedOp([] { return BackendOpName(BackendOp::kArgmax); },
+                 [&] { return DoArgmax(logits, ids, values); });
 }
 
 absl::Status Backend::GumbelArgmax(const Tensor& logits, const Tensor& temperatures,
@@ -983,7 +985,7 @@ absl::Status Backend::GumbelArgmax(const Tensor& logits, const Tensor& temperatu
         "vocab_offset is ", vocab_offset, " with ", logits.dim(1),
         " columns; the ids must lie in [0, 2^31 - 1), so pass the shard's first vocab id"));
   }
-  return TimedOp([] { return "GumbelArgmax"; },
+  return TimedOp([] { return BackendOpName(BackendOp::kGumbelArgmax); },
                  [&] {
                    return DoGumbelArgmax(logits, temperatures, seeds, steps, vocab_offset, ids,
                                          scores);

@@ -378,12 +378,42 @@ class Backend {
   int64_t checked_kv_rows_ = -1, checked_kv_pages_ = -1;
 };
 
-// The public ops, by name: the op harness's coverage test fails for an op listed here
-// that has no test case, so a new op is added here too.
+// The public ops, one X(Name) each, in one place: kBackendOps, BackendOp and the names the
+// op timing reports are built from it. The op harness's coverage test fails for an op
+// listed here that has no test case, so a new op is added here (one line) and given a case.
+#define COIL_BACKEND_OPS(X) \
+  X(Embedding)              \
+  X(AddRmsNorm)             \
+  X(Matmul)                 \
+  X(CausalConv1d)           \
+  X(SsmScan)                \
+  X(GatedSumSquares)        \
+  X(GatedNormApply)         \
+  X(GatedRmsNorm)           \
+  X(MixerDecode)            \
+  X(MixerDecodeSumSquares)  \
+  X(Argmax)                 \
+  X(GumbelArgmax)           \
+  X(KvCacheWrite)           \
+  X(PagedAttention)         \
+  X(Relu2)
+
+enum class BackendOp {
+#define COIL_BACKEND_OP_ENUM(name) k##name,
+  COIL_BACKEND_OPS(COIL_BACKEND_OP_ENUM)
+#undef COIL_BACKEND_OP_ENUM
+};
+
+// The public ops' names, in COIL_BACKEND_OPS's order (BackendOp's values index it).
 inline constexpr const char* kBackendOps[] = {
-    "Embedding",       "AddRmsNorm",     "Matmul",       "CausalConv1d", "SsmScan",
-    "GatedSumSquares", "GatedNormApply", "GatedRmsNorm", "MixerDecode",  "MixerDecodeSumSquares",
-    "Argmax",          "GumbelArgmax",   "KvCacheWrite", "PagedAttention", "Relu2"};
+#define COIL_BACKEND_OP_NAME(name) #name,
+    COIL_BACKEND_OPS(COIL_BACKEND_OP_NAME)
+#undef COIL_BACKEND_OP_NAME
+};
+
+// The op's name: what op timing reports it under (a matmul adds its N x K) and what its
+// test cases give as OpCase::Op().
+constexpr const char* BackendOpName(BackendOp op) { return kBackendOps[static_cast<int>(op)]; }
 
 // The local heads [begin, end) that read local B/C group g, of `heads` local heads over
 // `groups` local groups, as SsmScan maps them under `options` (heads_per_group 0: evenly).

@@ -37,10 +37,10 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "kernels/op_timing.h"
+#include "tools/npy.h"
 #include "workers/backend_flags.h"
 #include "workers/model/model.h"
 #include "workers/model_flags.h"
-#include "workers/npy.h"
 #include "workers/rank_runtime.h"
 #if COIL_WITH_TOKENIZER
 #include "engine/tokenizer/tokenizer.h"

@@ -3,6 +3,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/backend_factory.h"
 
 ABSL_FLAG(std::string, device, "cpu",
           "cpu or cuda (cuda needs a build with COIL_CUDA; rank r uses its node's GPU r, and "

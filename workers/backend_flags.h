@@ -10,7 +10,7 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
-#include "kernels/backend_factory.h"
+#include "kernels/backend_options.h"
 
 ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(int32_t, threads);

@@ -9,6 +9,7 @@
 #include "common/cpus.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "kernels/backend_factory.h"
 #include "workers/comm/local_rank.h"
 #include "workers/comm/step_status.h"
 #include "workers/memory_fit.h"

@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
-#include "kernels/backend_factory.h"
+#include "kernels/backend_options.h"
 #include "scheduler/plan.h"
 #include "workers/comm/communicator.h"
 #include "workers/comm/step_activity.h"

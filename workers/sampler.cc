@@ -9,7 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "workers/philox.h"
+#include "kernels/philox.h"
 
 namespace coil {
 namespace {
@@ -109,8 +109,8 @@ int32_t GumbelMax(const std::vector<Candidate>& candidates, const ScheduledSeque
   ScoredCandidate best;
   for (const Candidate& candidate : candidates) {
     const double score = static_cast<double>(candidate.value) / row.sampling.temperature +
-                         Gumbel(row.sampling.seed, static_cast<uint32_t>(row.rng_step),
-                                static_cast<uint32_t>(candidate.id));
+                         philox::Gumbel(row.sampling.seed, static_cast<uint32_t>(row.rng_step),
+                                        static_cast<uint32_t>(candidate.id));
     const ScoredCandidate scored{score, candidate.id, 0};
     if (BetterScore(scored, best)) best = scored;
   }
@@ -385,8 +385,8 @@ absl::StatusOr<std::vector<SampledToken>> Sampler::Sample(
                                ? std::log(static_cast<double>(row.sampling.min_p))
                                : -std::numeric_limits<double>::infinity();
       const double prune = best_value / temperature +
-                           Gumbel(row.sampling.seed, static_cast<uint32_t>(row.rng_step),
-                                  static_cast<uint32_t>(global_best[r].id)) -
+                           philox::Gumbel(row.sampling.seed, static_cast<uint32_t>(row.rng_step),
+                                          static_cast<uint32_t>(global_best[r].id)) -
                            kMaxGumbel;
       ScoredCandidate best;
       for (int32_t id = range_.begin; id < valid_end; ++id) {
@@ -394,8 +394,8 @@ absl::StatusOr<std::vector<SampledToken>> Sampler::Sample(
         if (scaled < prune) continue;
         if ((static_cast<double>(x[id - range_.begin]) - best_value) / temperature < floor) continue;
         const ScoredCandidate scored{
-            scaled + Gumbel(row.sampling.seed, static_cast<uint32_t>(row.rng_step),
-                            static_cast<uint32_t>(id)),
+            scaled + philox::Gumbel(row.sampling.seed, static_cast<uint32_t>(row.rng_step),
+                                    static_cast<uint32_t>(id)),
             id, 0};
         if (BetterScore(scored, best)) best = scored;
       }

@@ -12,7 +12,7 @@
 # a second signal (stop now). mpirun exits only after it, so the timeout is short
 # (COIL_MPI_KILL_TIMEOUT, default 1 s): a rank that dies is noticed by coil within 2 s,
 # every rank exits with status 3, and mpirun, hence this script and the container, exits
-# non-zero within 5 s of the death (measured 1.3 s; 5.3 s with a 3 s timeout), so that the
+# non-zero within 5 s of the death (docs/deployment.md has the times measured), so that the
 # restart policy applies. Kubernetes' terminationGracePeriodSeconds must exceed drain + 10
 # + 2 x that timeout (the worst case: a stuck rank; see below).
 #
@@ -309,9 +309,9 @@ trap 'forward INT' INT
 
 # A job that lost a rank ends by itself: coil notices a dead rank within 2 s and every
 # rank exits with status 3, and mpirun runs its kill sequence at once. On one host mpirun
-# exits within about 1.3 s of the death (twice odls_base_sigkill_timeout, less the time
-# the ranks took); on a leader it waits for every remote daemon to run the same sequence
-# after its own (measured 4.2 s). The watcher ends that teardown: once every rank here has
+# exits within twice odls_base_sigkill_timeout of the death (less the time the ranks
+# took); on a leader it waits for every remote daemon to run the same sequence after its
+# own (docs/deployment.md). The watcher ends that teardown: once every rank here has
 # exited with no stop asked for, mpirun has lost_grace more to exit by itself (beyond its
 # own sequence on one host, so it is not cut there), then it gets SIGKILL (the remote
 # daemons, cut off, end by themselves: their ranks have already exited) and this script

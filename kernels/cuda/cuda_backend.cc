@@ -33,7 +33,7 @@ absl::StatusOr<void*> Workspace::Get(size_t bytes, cudaStream_t stream) {
     cudaGetLastError();
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate ", wanted, " bytes of GPU scratch memory (", cudaGetErrorString(error),
-        "); lower --max-batch-tokens or the state budget"));
+        "); lower --max-batched-tokens or the state budget"));
   }
   bytes_ = wanted;
   return data_;

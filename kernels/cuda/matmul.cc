@@ -279,7 +279,7 @@ class CublasLtMatmulImpl final : public CublasLtMatmul {
       cudaGetLastError();
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate ", wanted, " bytes for the matmul's 16-bit copy of x (",
-                       cudaGetErrorString(error), "); lower --max-batch-tokens"));
+                       cudaGetErrorString(error), "); lower --max-batched-tokens"));
     }
     if (half_rows_ != nullptr) retired_half_rows_.push_back(std::move(half_rows_));
     half_rows_.reset(data);

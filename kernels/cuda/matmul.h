@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/backend_factory.h"  // the matmul rows option
+#include "kernels/backend_options.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/tensor.h"
 

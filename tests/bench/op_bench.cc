@@ -28,6 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/command_line.h"
 #include "common/cpus.h"
@@ -163,11 +164,8 @@ int Main(int argc, char** argv) {
     }
   }
   if (ran == 0) {
-    std::fprintf(stderr, "op_bench: --ops %s matched no case; op names: Matmul, Embedding, "
-                 "AddRmsNorm, CausalConv1d, SsmScan, GatedSumSquares, GatedNormApply, GatedRmsNorm, "
-                 "MixerDecode, MixerDecodeSumSquares, Argmax, GumbelArgmax, KvCacheWrite, "
-                 "PagedAttention, Relu2\n",
-                 absl::GetFlag(FLAGS_ops).c_str());
+    std::fprintf(stderr, "op_bench: --ops %s matched no case; op names: %s\n",
+                 absl::GetFlag(FLAGS_ops).c_str(), absl::StrJoin(kBackendOps, ", ").c_str());
     return 2;
   }
   return failures == 0 ? 0 : 1;

@@ -138,7 +138,7 @@ start_server() {
   rm -f "$port_file"
   # shellcheck disable=SC2086  # SERVER_FLAGS is a list of flags
   # --bind-to none: with -np 1 or 2 Open MPI binds each rank to one core, which would put
-  # TP1's two threads on a single core (measured: 10x slower decode).
+  # TP1's two threads on a single core (decode many times slower: docs/deployment.md).
   mpirun -np "$tp" --bind-to none --oversubscribe --allow-run-as-root --mca odls_base_sigkill_timeout 100 \
     "$SERVE" --model "$MODEL" --host 127.0.0.1 --port 0 --port_file "$port_file" \
     --threads "$threads" --drain_timeout 60 --metrics_port 0 $SERVER_FLAGS > "$OUT/tp$tp-serve.log" 2>&1 &

@@ -119,7 +119,7 @@ absl::Status Model::EnsureScratch(int64_t rows, int64_t sampled_rows, int64_t me
   if (local.ok() && failed != 0.0f) {
     local = absl::ResourceExhaustedError(absl::StrCat(
         static_cast<int>(failed), " other rank(s) could not grow the step scratch to ", rows,
-        " rows; lower --max-batch-tokens or the state budget"));
+        " rows; lower --max-batched-tokens or the state budget"));
   }
   if (!local.ok()) {
     // Every rank forgets this growth, so that all of them grow (and agree) again together.

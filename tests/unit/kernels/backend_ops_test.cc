@@ -1,8 +1,8 @@
 // The op harness: every op x backend x dtype against the CPU backend's reference mode
 // (scalar loops and the token-by-token recurrence: the oracle), on random inputs seeded
 // from the case name. Sections: (1) the backends under test, (2) the comparison, (3) the
-// coverage test. To add an op: list it in kBackendOps (kernels/backend.h) and add a case
-// to TestOpCases() (op_cases.cc); the coverage test fails until both are done.
+// coverage test. To add an op: add a line to COIL_BACKEND_OPS (kernels/backend.h) and a
+// case to TestOpCases() (op_cases.cc); the coverage test fails until both are done.
 // Checks, in order: NaN/inf, NMSE against the reference (and against the case's own float64
 // reference where it has one, for both sides), guards (state rows not in the batch, the
 // scratch row, bytes past each tensor, padding of strided rows) unchanged.

@@ -25,7 +25,7 @@ class EmbeddingCase : public OpCase {
                 int64_t table_pad = 0)
       : dtype_(dtype), tokens_(tokens), vocab_(vocab), width_(width), offset_(offset),
         table_pad_(table_pad) {}
-  std::string Op() const override { return "Embedding"; }
+  std::string Op() const override { return BackendOpName(BackendOp::kEmbedding); }
   std::string Params() const override {
     return absl::StrCat(DTypeName(dtype_), "_t", tokens_, "_v", vocab_, "_d", width_, "_off",
                         offset_, table_pad_ ? absl::StrCat("_tpad", table_pad_) : "");
@@ -80,7 +80,7 @@ class AddRmsNormCase : public OpCase {
   AddRmsNormCase(int64_t rows, int64_t width, bool with_x, bool out_is_x = false,
                  DType out_dtype = DType::kF32)
       : rows_(rows), width_(width), with_x_(with_x), out_is_x_(out_is_x), out_dtype_(out_dtype) {}
-  std::string Op() const override { return "AddRmsNorm"; }
+  std::string Op() const override { return BackendOpName(BackendOp::kAddRmsNorm); }
   std::string Params() const override {
     return absl::StrCat("f32_t", rows_, "_d", width_, with_x_ ? "_add" : "_first",
                         out_is_x_ ? "_outisx" : "",
@@ -137,7 +137,7 @@ class MatmulCase : public OpCase {
              int64_t x_stride_pad = 0, DType x_dtype = DType::kF32)
       : dtype_(dtype), x_dtype_(x_dtype), m_(m), n_(n), k_(k), pad_(y_stride_pad),
         xpad_(x_stride_pad) {}
-  std::string Op() const override { return "Matmul"; }
+  std::string Op() const override { return BackendOpName(BackendOp::kMatmul); }
   std::string Params() const override {
     return absl::StrCat(DTypeName(dtype_), x_dtype_ == DType::kBF16 ? "_xbf16" : "", "_m", m_,
                         "_n", n_, "_k", k_, pad_ ? absl::StrCat("_ypad", pad_) : "",
@@ -275,7 +275,7 @@ class CausalConv1dCase : public OpCase {
         runs_(std::move(runs)),
         state_rows_(state_rows),
         mix_(mix) {}
-  std::string Op() const override { return "CausalConv1d"; }
+  std::string Op() const override { return BackendOpName(BackendOp::kCausalConv1d); }
   std::string Params() const override {
     return absl::StrCat("f32_c", channels_, "_w", width_, "_runs", RunsName(runs_), "_rows",
                         state_rows_, mix_.Name());
@@ -349,7 +349,7 @@ class SsmScanCase : public OpCase {
  public:
   SsmScanCase(SsmShape shape, std::vector<int32_t> runs, int state_rows, BatchMix mix = {})
       : s_(shape), runs_(std::move(runs)), state_rows_(state_rows), mix_(mix) {}
-  std::string Op() const override { return "SsmScan"; }
+  std::string Op() const override { return BackendOpName(BackendOp::kSsmScan); }
   std::string Params() const override {
     return absl::StrCat(
         s_.bf16_products ? "bf16products_h" : "f32_h", s_.heads, "_p", s_.headdim, "_ds",
@@ -453,7 +453,7 @@ class GatedSumSquaresCase : public OpCase {
   // matrix (as the model slices one rank's groups out of the all-reduced sums).
   GatedSumSquaresCase(int64_t rows, int64_t width, int64_t groups, bool views = false)
       : rows_(rows), width_(width), groups_(groups), views_(views) {}
-  std::string Op() const override { return "GatedSumSquares"; }
+  std::string Op() const override { return BackendOpName(BackendOp::kGatedSumSquares); }
   std::string Params() const override {
     return absl::StrCat("f32_t", rows_, "_e", width_, "_g", groups_, views_ ? "_views" : "");
   }
@@ -508,7 +508,7 @@ class GatedNormApplyCase : public OpCase {
                      bool views = false, DType out_dtype = DType::kF32)
       : rows_(rows), width_(width), groups_(groups), group_size_(group_size), views_(views),
         out_dtype_(out_dtype) {}
-  std::string Op() const override { return "GatedNormApply"; }
+  std::string Op() const override { return BackendOpName(BackendOp::kGatedNormApply); }
   std::string Params() const override {
     return absl::StrCat("f32_t", rows_, "_e", width_, "_g", groups_, "_gs", group_size_,
                         views_ ? "_views" : "", out_dtype_ == DType::kBF16 ? "_outbf16" : "");
@@ -563,7 +563,7 @@ class GatedRmsNormCase : public OpCase {
   GatedRmsNormCase(int64_t rows, int64_t width, int64_t groups, bool out_is_y,
                    DType out_dtype = DType::kF32)
       : rows_(rows), width_(width), groups_(groups), out_is_y_(out_is_y), out_dtype_(out_dtype) {}
-  std::string Op() const override { return "GatedRmsNorm"; }
+  std::string Op() const override { return BackendOpName(BackendOp::kGatedRmsNorm); }
   std::string Params() const override {
     return absl::StrCat("f32_t", rows_, "_e", width_, "_g", groups_, out_is_y_ ? "_outisy" : "",
                         out_dtype_ == DType::kBF16 ? "_outbf16" : "");
@@ -636,7 +636,9 @@ class MixerDecodeCase : public OpCase {
         out_dtype_(out_dtype),
         mix_(mix),
         sums_(sums) {}
-  std::string Op() const override { return sums_.sums ? "MixerDecodeSumSquares" : "MixerDecode"; }
+  std::string Op() const override {
+    return BackendOpName(sums_.sums ? BackendOp::kMixerDecodeSumSquares : BackendOp::kMixerDecode);
+  }
   std::string Params() const override {
     return absl::StrCat(out_dtype_ == DType::kBF16 ? "outbf16" : "f32", "_h", s_.heads, "_p",
                         s_.headdim, "_ds", s_.d_state, "_g", s_.groups, "_w", s_.width,
@@ -784,7 +786,7 @@ class ArgmaxCase : public OpCase {
   // odd rows at the column right after the maximum.
   ArgmaxCase(int64_t rows, int64_t vocab, bool nans = false)
       : rows_(rows), vocab_(vocab), nans_(nans) {}
-  std::string Op() const override { return "Argmax"; }
+  std::string Op() const override { return BackendOpName(BackendOp::kArgmax); }
   std::string Params() const override {
     return absl::StrCat("f32_t", rows_, "_v", vocab_, nans_ ? "_nans" : "");
   }
@@ -852,7 +854,7 @@ class GumbelArgmaxCase : public OpCase {
   // nans: NaN at random columns of every row, and row 0 is all -inf (id 0, score -inf).
   GumbelArgmaxCase(int64_t rows, int64_t vocab, int64_t vocab_offset, bool pad, bool nans)
       : rows_(rows), vocab_(vocab), offset_(vocab_offset), pad_(pad), nans_(nans) {}
-  std::string Op() const override { return "GumbelArgmax"; }
+  std::string Op() const override { return BackendOpName(BackendOp::kGumbelArgmax); }
   std::string Params() const override {
     return absl::StrCat("f32_t", rows_, "_v", vocab_, "_off", offset_, pad_ ? "_pad" : "",
                         nans_ ? "_nans" : "");
@@ -1024,7 +1026,7 @@ class KvCacheWriteCase : public OpCase {
   // k and v are column views of one fused qkv row [q | k | v | 3 pad], as the model has them.
   KvCacheWriteCase(AttentionShape shape, std::vector<int32_t> runs, int32_t max_start = 40)
       : a_(shape), runs_(std::move(runs)), max_start_(max_start) {}
-  std::string Op() const override { return "KvCacheWrite"; }
+  std::string Op() const override { return BackendOpName(BackendOp::kKvCacheWrite); }
   std::string Params() const override {
     return absl::StrCat(AttentionShapeName(a_), "_runs", RunsName(runs_), "_pos", max_start_);
   }
@@ -1140,7 +1142,7 @@ class PagedAttentionCase : public OpCase {
         max_start_(max_start),
         out_dtype_(out_dtype),
         fixed_starts_(std::move(starts)) {}
-  std::string Op() const override { return "PagedAttention"; }
+  std::string Op() const override { return BackendOpName(BackendOp::kPagedAttention); }
   std::string Params() const override {
     return absl::StrCat(AttentionShapeName(a_), out_dtype_ == DType::kBF16 ? "_outbf16" : "",
                         "_runs", RunsName(runs_),
@@ -1306,7 +1308,7 @@ class Relu2Case : public OpCase {
   // in_place: out is x itself (f32); out_dtype kBF16: down_proj's bf16 rows.
   Relu2Case(int64_t rows, int64_t width, bool in_place, DType out_dtype = DType::kF32)
       : rows_(rows), width_(width), in_place_(in_place), out_dtype_(out_dtype) {}
-  std::string Op() const override { return "Relu2"; }
+  std::string Op() const override { return BackendOpName(BackendOp::kRelu2); }
   std::string Params() const override {
     return absl::StrCat("f32_t", rows_, "_n", width_, in_place_ ? "_inplace" : "",
                         out_dtype_ == DType::kBF16 ? "_outbf16" : "");

@@ -27,7 +27,7 @@ struct OpResult {
 class OpCase {
  public:
   virtual ~OpCase() = default;
-  // "SsmScan"
+  // "SsmScan": the op's BackendOpName()
   virtual std::string Op() const = 0;
   // "f32_h4_p8_ds16_g2_seqs4" (the dtype first)
   virtual std::string Params() const = 0;

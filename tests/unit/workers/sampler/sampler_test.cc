@@ -15,8 +15,8 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
+#include "kernels/philox.h"
 #include "workers/comm/communicator.h"
-#include "workers/philox.h"
 
 namespace coil {
 namespace {
@@ -79,7 +79,7 @@ int32_t ReferenceSample(const std::vector<float>& raw, int32_t vocab_size,
   int32_t best = -1;
   double best_score = -INFINITY;
   for (int32_t id : ids) {  // ascending id order among equal scores is not needed: ties ~never
-    const double score = x[id] / t + Gumbel(p.seed, row.rng_step, id);
+    const double score = x[id] / t + philox::Gumbel(p.seed, row.rng_step, id);
     if (score > best_score) best_score = score, best = id;
   }
   return best;
@@ -362,8 +362,8 @@ TEST(SamplerTest, GumbelArgmaxOpMatchesPlainTemperatureSampling) {
       // The shard's score is the sampler's formula at the shard's winner.
       EXPECT_EQ(mine[r].score,
                 static_cast<double>(local[r * range.size() + ids[r]]) / double{temperatures[r]} +
-                    Gumbel(sequences[r].sampling.seed, static_cast<uint32_t>(step),
-                           static_cast<uint32_t>(mine[r].id)));
+                    philox::Gumbel(sequences[r].sampling.seed, static_cast<uint32_t>(step),
+                                   static_cast<uint32_t>(mine[r].id)));
     }
     ASSERT_TRUE(comm->AllGatherBytes(mine.data(), mine.size() * sizeof(Scored), all.data()).ok());
     for (int64_t r = 0; r < kRows; ++r) {

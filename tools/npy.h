@@ -1,7 +1,7 @@
 // Writes a float32 array as a NumPy .npy file (format version 1.0), so logits dumped by
 // coil-run load with numpy.load for comparison against other implementations.
-#ifndef COIL_WORKERS_NPY_H_
-#define COIL_WORKERS_NPY_H_
+#ifndef COIL_TOOLS_NPY_H_
+#define COIL_TOOLS_NPY_H_
 
 #include <cstdint>
 #include <string>
@@ -20,4 +20,4 @@ std::string NpyHeaderF32(const std::vector<int64_t>& shape);
 
 }  // namespace coil
 
-#endif  // COIL_WORKERS_NPY_H_
+#endif  // COIL_TOOLS_NPY_H_

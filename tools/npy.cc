@@ -1,4 +1,4 @@
-#include "workers/npy.h"
+#include "tools/npy.h"
 
 #include <cstdio>
 #include <memory>
