@@ -504,8 +504,14 @@ void ExpectStormCountedOnce(ServerProcess& server) {
     abandoned_sent[code] = moved[code] - seen[code];
     EXPECT_GE(abandoned_sent[code], 0) << code << " " << both;
   }
-  EXPECT_LE(moved["CANCELLED"], seen["CANCELLED"]) << both;
-  EXPECT_LE(moved["DEADLINE_EXCEEDED"], seen["DEADLINE_EXCEEDED"]) << both;
+  // A deadline is told from a cancel by the server's copy of it, which starts when gRPC
+  // reads the call: a sanitizer build reads calls so late that its copy can run hundreds of
+  // milliseconds behind the client's, past the 100 ms the server allows, so there the two
+  // are only checked together.
+  if (TimeScale() == 1) {
+    EXPECT_LE(moved["CANCELLED"], seen["CANCELLED"]) << both;
+    EXPECT_LE(moved["DEADLINE_EXCEEDED"], seen["DEADLINE_EXCEEDED"]) << both;
+  }
   EXPECT_EQ(seen["CANCELLED"] + seen["DEADLINE_EXCEEDED"] - moved["CANCELLED"] -
                 moved["DEADLINE_EXCEEDED"],
             abandoned_sent["RESOURCE_EXHAUSTED"] + abandoned_sent["OK"] + dropped)
