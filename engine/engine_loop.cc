@@ -62,11 +62,8 @@ absl::Status EngineLoop::Submit(std::shared_ptr<RequestStream> stream, Generatio
   absl::Status refusal;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.ok()) {
-      refusal = failure_;
-    } else if (draining_) {
-      refusal = ShuttingDown();
-    } else {
+    refusal = CheckAcceptingLocked();
+    if (refusal.ok()) {
       live_[stream->request_id()] = stream;
       inbox_.push_back(Submission{stream, std::move(input), Clock::now()});
     }
@@ -78,6 +75,17 @@ absl::Status EngineLoop::Submit(std::shared_ptr<RequestStream> stream, Generatio
     return refusal;
   }
   wake_.notify_one();
+  return absl::OkStatus();
+}
+
+absl::Status EngineLoop::CheckAccepting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CheckAcceptingLocked();
+}
+
+absl::Status EngineLoop::CheckAcceptingLocked() const {
+  if (!failure_.ok()) return failure_;
+  if (draining_) return ShuttingDown();
   return absl::OkStatus();
 }
 

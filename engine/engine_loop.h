@@ -79,6 +79,10 @@ class EngineLoop {
   // (RESOURCE_EXHAUSTED) when the loop takes the request. The front end that owns the
   // stream counts the request, once, as its client saw it end (CountOutcome).
   absl::Status Submit(std::shared_ptr<RequestStream> stream, GenerationInput input);
+  // OK while the engine takes new requests; else the UNAVAILABLE that refuses one: the
+  // failure, or the drain. Every front end asks it before it reads a request further, and
+  // Submit refuses by the same rule.
+  absl::Status CheckAccepting() const;
   // Removes a request at the next step boundary and frees its row and pages (the caller
   // has ended its stream, e.g. with CANCELLED).
   void Cancel(uint64_t request_id);
@@ -137,6 +141,7 @@ class EngineLoop {
   };
 
   void Loop();
+  absl::Status CheckAcceptingLocked() const;  // with mu_ held
   void Admit(Submission submission);
   // Ends a running request with `error` (its stream may have ended already) and frees its
   // row and pages.

@@ -231,11 +231,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
     LogMalformedRequest("Generate", parsed);
     return refuse(parsed);
   }
-  if (const absl::Status failure = engine_.failure(); !failure.ok()) return refuse(failure);
-  if (engine_.draining()) {
-    return refuse(absl::UnavailableError(
-        "the server is shutting down and takes no new requests; retry on another replica"));
-  }
+  if (const absl::Status open = engine_.CheckAccepting(); !open.ok()) return refuse(open);
   if (const absl::Status id = ValidateRequestId(request.request_id(), limits_); !id.ok()) {
     return refuse(id);
   }

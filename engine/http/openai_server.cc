@@ -598,17 +598,8 @@ void OpenAiServer::Route() {
           metrics_->RequestsFailed(CodeOfHttpStatus(error.status)).Increment();
         WriteError(response, error);
       };
-      if (const absl::Status failure = engine_.failure(); !failure.ok()) {
-        refuse(FromStatus(failure, ""));
-        return;
-      }
-      if (engine_.draining()) {
-        ApiError error;
-        error.status = 503;
-        error.type = "service_unavailable";
-        error.message =
-            "the server is shutting down and takes no new requests; retry on another replica";
-        refuse(error);
+      if (const absl::Status open = engine_.CheckAccepting(); !open.ok()) {
+        refuse(FromStatus(open, ""));
         return;
       }
       std::variant<ParsedRequest, ApiError> parsed =
