@@ -90,9 +90,6 @@ class EngineLoop {
   // request that reaches a front end is counted exactly once, whether it was refused
   // before Submit or not; any thread.
   void CountOutcome(const StreamOutcome& outcome);
-  void CountRefused(const absl::Status& status) {
-    CountOutcome(StreamOutcome{StreamFinish::kNone, status.code()});
-  }
   // An end observer that counts a stream's outcome when it ends (RequestStream::ObserveEnd):
   // for a front end whose streams end where its client sees them end.
   RequestStream::EndObserver OutcomeCounter();
