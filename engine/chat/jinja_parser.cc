@@ -9,36 +9,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "engine/chat/jinja_builtins.h"
 #include "engine/chat/jinja_value.h"
 
 namespace coil::chat::jinja_internal {
 namespace {
-
-const absl::flat_hash_set<std::string>& KnownFilters() {
-  static const auto* filters = new absl::flat_hash_set<std::string>{
-      "trim",  "tojson", "length",     "count",   "first", "last",   "join",
-      "upper", "lower",  "replace",    "default", "d",     "string", "list",
-      "int",   "float",  "capitalize", "title",   "items", "abs"};
-  return *filters;
-}
-const absl::flat_hash_set<std::string>& KnownTests() {
-  static const auto* tests = new absl::flat_hash_set<std::string>{
-      "defined", "undefined",   "none",  "boolean", "true",     "false",    "string",
-      "number",  "integer",     "float", "mapping", "iterable", "sequence", "odd",
-      "even",    "divisibleby", "eq",    "equalto", "ne",       "in"};
-  return *tests;
-}
-const absl::flat_hash_set<std::string>& KnownFunctions() {
-  static const auto* functions =
-      new absl::flat_hash_set<std::string>{"raise_exception", "namespace", "range", "dict"};
-  return *functions;
-}
-const absl::flat_hash_set<std::string>& KnownMethods() {
-  static const auto* methods = new absl::flat_hash_set<std::string>{
-      "strip",   "lstrip", "rstrip",     "split", "startswith", "endswith", "upper", "lower",
-      "replace", "title",  "capitalize", "items", "keys",       "values",   "get"};
-  return *methods;
-}
 
 // Statements that real templates sometimes use and this interpreter does not implement.
 const absl::flat_hash_set<std::string>& UnsupportedStatements() {
