@@ -30,7 +30,7 @@ std::string StripChars(const std::string& s, const Value& chars, bool left, bool
 }
 
 std::string Replace(const std::string& s, const std::string& from, const std::string& to,
-                           int64_t count) {
+                    int64_t count) {
   if (from.empty()) return s;
   std::string out;
   size_t pos = 0;
@@ -318,8 +318,7 @@ Value ApplyFilter(const std::string& f, const Value& x, const Args& args, int li
     const Value sep = args.Get(0, "d");
     std::vector<std::string> parts;
     for (const Value& item : Iterate(x, line)) parts.push_back(ToText(item));
-    return Value::String(
-        absl::StrJoin(parts, sep.kind() == Value::Kind::kString ? sep.str() : ""));
+    return Value::String(absl::StrJoin(parts, sep.kind() == Value::Kind::kString ? sep.str() : ""));
   }
   if (f == "int") {
     if (x.kind() == Value::Kind::kInt) return x;
@@ -341,8 +340,8 @@ Value ApplyFilter(const std::string& f, const Value& x, const Args& args, int li
     Fail(line, "the filter abs needs a number");
   }
   // String filters.
-  const std::string s = ExpectString(x.is_undefined() ? Value::String("") : x,
-                                     absl::StrCat("the filter ", f), line);
+  const std::string s =
+      ExpectString(x.is_undefined() ? Value::String("") : x, absl::StrCat("the filter ", f), line);
   if (f == "trim") return Value::String(StripChars(s, args.Get(0, "chars"), true, true));
   if (f == "upper") return Value::String(absl::AsciiStrToUpper(s));
   if (f == "lower") return Value::String(absl::AsciiStrToLower(s));
@@ -378,8 +377,7 @@ bool ApplyTest(const std::string& t, const Value& x, const Args& args, int line)
            x.kind() == Value::Kind::kDict;
   }
   if (t == "odd" || t == "even") {
-    if (x.kind() != Value::Kind::kInt)
-      Fail(line, absl::StrCat("'is ", t, "' needs an integer"));
+    if (x.kind() != Value::Kind::kInt) Fail(line, absl::StrCat("'is ", t, "' needs an integer"));
     return (x.integer() % 2 != 0) == (t == "odd");
   }
   if (t == "divisibleby") {

@@ -56,41 +56,11 @@ class Evaluator {
         Emit(ToText(Eval(*stmt.expr)), stmt.line);
         return Flow::kNormal;
       case StmtKind::kIf:
-        for (size_t i = 0; i < stmt.conditions.size(); ++i) {
-          if (Eval(*stmt.conditions[i]).Truthy()) return Run(stmt.branches[i]);
-        }
-        if (stmt.branches.size() > stmt.conditions.size()) return Run(stmt.branches.back());
-        return Flow::kNormal;
-      case StmtKind::kSet: {
-        Value value = Eval(*stmt.expr);
-        if (stmt.targets.size() == 1) {
-          scopes_.back()[stmt.targets[0]] = std::move(value);
-          return Flow::kNormal;
-        }
-        const Value ns = Lookup(stmt.targets[0]);
-        if (!ns.is_namespace()) {
-          Fail(stmt.line, absl::StrCat("'", stmt.targets[0],
-                                       "' is not a namespace(); only a "
-                                       "namespace's attributes can be set"));
-        }
-        for (auto& [key, item] : ns.mutable_dict()) {
-          if (key == stmt.targets[1]) {
-            item = std::move(value);
-            return Flow::kNormal;
-          }
-        }
-        ns.mutable_dict().emplace_back(stmt.targets[1], std::move(value));
-        return Flow::kNormal;
-      }
-      case StmtKind::kSetBlock: {
-        std::string saved = std::move(output);
-        output.clear();
-        Run(stmt.body);
-        std::string captured = std::move(output);
-        output = std::move(saved);
-        scopes_.back()[stmt.targets[0]] = Value::String(std::move(captured));
-        return Flow::kNormal;
-      }
+        return ExecuteIf(stmt);
+      case StmtKind::kSet:
+        return ExecuteSet(stmt);
+      case StmtKind::kSetBlock:
+        return ExecuteSetBlock(stmt);
       case StmtKind::kFor:
         return ExecuteFor(stmt);
       case StmtKind::kBreak:
@@ -98,6 +68,46 @@ class Evaluator {
       case StmtKind::kContinue:
         return Flow::kContinue;
     }
+    return Flow::kNormal;
+  }
+
+  Flow ExecuteIf(const Stmt& stmt) {
+    for (size_t i = 0; i < stmt.conditions.size(); ++i) {
+      if (Eval(*stmt.conditions[i]).Truthy()) return Run(stmt.branches[i]);
+    }
+    if (stmt.branches.size() > stmt.conditions.size()) return Run(stmt.branches.back());
+    return Flow::kNormal;
+  }
+
+  Flow ExecuteSet(const Stmt& stmt) {
+    Value value = Eval(*stmt.expr);
+    if (stmt.targets.size() == 1) {
+      scopes_.back()[stmt.targets[0]] = std::move(value);
+      return Flow::kNormal;
+    }
+    const Value ns = Lookup(stmt.targets[0]);
+    if (!ns.is_namespace()) {
+      Fail(stmt.line, absl::StrCat("'", stmt.targets[0],
+                                   "' is not a namespace(); only a "
+                                   "namespace's attributes can be set"));
+    }
+    for (auto& [key, item] : ns.mutable_dict()) {
+      if (key == stmt.targets[1]) {
+        item = std::move(value);
+        return Flow::kNormal;
+      }
+    }
+    ns.mutable_dict().emplace_back(stmt.targets[1], std::move(value));
+    return Flow::kNormal;
+  }
+
+  Flow ExecuteSetBlock(const Stmt& stmt) {
+    std::string saved = std::move(output);
+    output.clear();
+    Run(stmt.body);
+    std::string captured = std::move(output);
+    output = std::move(saved);
+    scopes_.back()[stmt.targets[0]] = Value::String(std::move(captured));
     return Flow::kNormal;
   }
 
@@ -223,15 +233,8 @@ class Evaluator {
         for (const auto& arg : e.args) items.push_back(Eval(*arg));
         return Value::MakeList(std::move(items));
       }
-      case ExprKind::kDict: {
-        Value::Dict entries;
-        for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
-          const Value key = Eval(*e.args[i]);
-          if (key.kind() != Value::Kind::kString) Fail(e.line, "dict keys must be strings");
-          entries.emplace_back(key.str(), Eval(*e.args[i + 1]));
-        }
-        return Value::MakeDict(std::move(entries));
-      }
+      case ExprKind::kDict:
+        return EvalDict(e);
       case ExprKind::kAttr:
         return Index(Eval(*e.args[0]), Value::String(e.name), e.line);
       case ExprKind::kIndex:
@@ -248,15 +251,8 @@ class Evaluator {
         const bool result = Test(e);
         return Value::Bool(e.negated ? !result : result);
       }
-      case ExprKind::kUnary: {
-        const Value x = Eval(*e.args[0]);
-        if (e.name == "not") return Value::Bool(!x.Truthy());
-        if (x.kind() == Value::Kind::kInt)
-          return Value::Int(e.name == "-" ? -x.integer() : x.integer());
-        if (x.kind() == Value::Kind::kFloat)
-          return Value::Float(e.name == "-" ? -x.number() : x.number());
-        Fail(e.line, absl::StrCat("unary ", e.name, " needs a number, not ", Repr(x)));
-      }
+      case ExprKind::kUnary:
+        return Unary(e);
       case ExprKind::kBinary:
         return Binary(e);
       case ExprKind::kCond:
@@ -264,6 +260,26 @@ class Evaluator {
         return e.args[2] ? Eval(*e.args[2]) : Value();
     }
     return Value();
+  }
+
+  Value EvalDict(const Expr& e) {
+    Value::Dict entries;
+    for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+      const Value key = Eval(*e.args[i]);
+      if (key.kind() != Value::Kind::kString) Fail(e.line, "dict keys must be strings");
+      entries.emplace_back(key.str(), Eval(*e.args[i + 1]));
+    }
+    return Value::MakeDict(std::move(entries));
+  }
+
+  Value Unary(const Expr& e) {
+    const Value x = Eval(*e.args[0]);
+    if (e.name == "not") return Value::Bool(!x.Truthy());
+    if (x.kind() == Value::Kind::kInt)
+      return Value::Int(e.name == "-" ? -x.integer() : x.integer());
+    if (x.kind() == Value::Kind::kFloat)
+      return Value::Float(e.name == "-" ? -x.number() : x.number());
+    Fail(e.line, absl::StrCat("unary ", e.name, " needs a number, not ", Repr(x)));
   }
 
   Value Binary(const Expr& e) {

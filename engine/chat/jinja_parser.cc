@@ -474,90 +474,15 @@ class StatementParser {
     auto stmt = std::make_shared<Stmt>();
     stmt->line = line;
     if (keyword == "if") {
-      stmt->kind = StmtKind::kIf;
-      stmt->conditions.push_back(parser.ParseExpression());
-      parser.ExpectEnd();
-      ++pos_;
-      const int saved = open_line_;
-      open_line_ = line;
-      for (;;) {
-        stmt->branches.push_back(ParseBody({"elif", "else", "endif"}));
-        const Segment& end = segments_[pos_];
-        const std::string which = Keyword(end);
-        ExprParser end_parser(end.tokens, end.line);
-        end_parser.Next();
-        ++pos_;
-        if (which == "elif") {
-          stmt->conditions.push_back(end_parser.ParseExpression());
-          end_parser.ExpectEnd();
-          continue;
-        }
-        end_parser.ExpectEnd();
-        if (which == "else") {
-          stmt->branches.push_back(ParseBody({"endif"}));
-          ExprParser endif(segments_[pos_].tokens, segments_[pos_].line);
-          endif.Next();
-          endif.ExpectEnd();
-          ++pos_;
-        }
-        break;
-      }
-      open_line_ = saved;
+      ParseIf(parser, *stmt, line);
       return stmt;
     }
     if (keyword == "for") {
-      stmt->kind = StmtKind::kFor;
-      stmt->targets.push_back(parser.ExpectName());
-      while (parser.PeekOp(",")) {
-        parser.Next();
-        stmt->targets.push_back(parser.ExpectName());
-      }
-      if (!parser.PeekName("in")) Fail(line, "expected 'in' in a for loop");
-      parser.Next();
-      stmt->expr = parser.ParseOr();
-      if (parser.PeekName("if")) {
-        parser.Next();
-        stmt->filter = parser.ParseOr();
-      }
-      if (parser.PeekName("recursive")) Fail(line, "recursive for loops are not supported");
-      parser.ExpectEnd();
-      ++pos_;
-      const int saved = open_line_;
-      open_line_ = line;
-      stmt->body = ParseBody({"else", "endfor"});
-      if (Keyword(segments_[pos_]) == "else") {
-        ++pos_;
-        stmt->else_body = ParseBody({"endfor"});
-      }
-      ++pos_;  // endfor
-      open_line_ = saved;
+      ParseFor(parser, *stmt, line);
       return stmt;
     }
     if (keyword == "set") {
-      stmt->targets.push_back(parser.ExpectName());
-      if (parser.PeekOp(".")) {
-        parser.Next();
-        stmt->targets.push_back(parser.ExpectName());
-      }
-      if (parser.PeekOp(","))
-        Fail(line, "'{% set a, b = ... %}' (tuple unpacking) is not supported");
-      if (parser.AtEnd()) {
-        if (stmt->targets.size() != 1) Fail(line, "a set block assigns a plain name");
-        stmt->kind = StmtKind::kSetBlock;
-        ++pos_;
-        const int saved = open_line_;
-        open_line_ = line;
-        stmt->body = ParseBody({"endset"});
-        ++pos_;
-        open_line_ = saved;
-        return stmt;
-      }
-      stmt->kind = StmtKind::kSet;
-      parser.ExpectOp("=");
-      stmt->expr = parser.ParseExpression();
-      if (parser.PeekOp(",")) Fail(line, "'{% set x = a, b %}' (a bare tuple) is not supported");
-      parser.ExpectEnd();
-      ++pos_;
+      ParseSet(parser, *stmt, line);
       return stmt;
     }
     if (keyword == "break" || keyword == "continue") {
@@ -577,6 +502,96 @@ class StatementParser {
                               " %}' is not supported by coil's chat template interpreter"));
     }
     Fail(line, absl::StrCat("unexpected '{% ", keyword, " %}'"));
+  }
+
+  // {% if %} ... {% elif %} ... {% else %} ... {% endif %}, the parser past the keyword.
+  void ParseIf(ExprParser& parser, Stmt& stmt, int line) {
+    stmt.kind = StmtKind::kIf;
+    stmt.conditions.push_back(parser.ParseExpression());
+    parser.ExpectEnd();
+    ++pos_;
+    const int saved = open_line_;
+    open_line_ = line;
+    for (;;) {
+      stmt.branches.push_back(ParseBody({"elif", "else", "endif"}));
+      const Segment& end = segments_[pos_];
+      const std::string which = Keyword(end);
+      ExprParser end_parser(end.tokens, end.line);
+      end_parser.Next();
+      ++pos_;
+      if (which == "elif") {
+        stmt.conditions.push_back(end_parser.ParseExpression());
+        end_parser.ExpectEnd();
+        continue;
+      }
+      end_parser.ExpectEnd();
+      if (which == "else") {
+        stmt.branches.push_back(ParseBody({"endif"}));
+        ExprParser endif(segments_[pos_].tokens, segments_[pos_].line);
+        endif.Next();
+        endif.ExpectEnd();
+        ++pos_;
+      }
+      break;
+    }
+    open_line_ = saved;
+  }
+
+  // {% for %} ... {% else %} ... {% endfor %}, the parser past the keyword.
+  void ParseFor(ExprParser& parser, Stmt& stmt, int line) {
+    stmt.kind = StmtKind::kFor;
+    stmt.targets.push_back(parser.ExpectName());
+    while (parser.PeekOp(",")) {
+      parser.Next();
+      stmt.targets.push_back(parser.ExpectName());
+    }
+    if (!parser.PeekName("in")) Fail(line, "expected 'in' in a for loop");
+    parser.Next();
+    stmt.expr = parser.ParseOr();
+    if (parser.PeekName("if")) {
+      parser.Next();
+      stmt.filter = parser.ParseOr();
+    }
+    if (parser.PeekName("recursive")) Fail(line, "recursive for loops are not supported");
+    parser.ExpectEnd();
+    ++pos_;
+    const int saved = open_line_;
+    open_line_ = line;
+    stmt.body = ParseBody({"else", "endfor"});
+    if (Keyword(segments_[pos_]) == "else") {
+      ++pos_;
+      stmt.else_body = ParseBody({"endfor"});
+    }
+    ++pos_;  // endfor
+    open_line_ = saved;
+  }
+
+  // {% set x = ... %}, {% set ns.x = ... %} or {% set x %} ... {% endset %}, the parser
+  // past the keyword.
+  void ParseSet(ExprParser& parser, Stmt& stmt, int line) {
+    stmt.targets.push_back(parser.ExpectName());
+    if (parser.PeekOp(".")) {
+      parser.Next();
+      stmt.targets.push_back(parser.ExpectName());
+    }
+    if (parser.PeekOp(",")) Fail(line, "'{% set a, b = ... %}' (tuple unpacking) is not supported");
+    if (parser.AtEnd()) {
+      if (stmt.targets.size() != 1) Fail(line, "a set block assigns a plain name");
+      stmt.kind = StmtKind::kSetBlock;
+      ++pos_;
+      const int saved = open_line_;
+      open_line_ = line;
+      stmt.body = ParseBody({"endset"});
+      ++pos_;
+      open_line_ = saved;
+      return;
+    }
+    stmt.kind = StmtKind::kSet;
+    parser.ExpectOp("=");
+    stmt.expr = parser.ParseExpression();
+    if (parser.PeekOp(",")) Fail(line, "'{% set x = a, b %}' (a bare tuple) is not supported");
+    parser.ExpectEnd();
+    ++pos_;
   }
 
   std::vector<Segment> segments_;

@@ -125,7 +125,6 @@ std::string FormatFloat(double f, bool python_repr) {
   return text;
 }
 
-
 void AppendJsonString(const std::string& s, std::string& out) {
   out += '"';
   for (char ch : s) {
