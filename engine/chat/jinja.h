@@ -68,7 +68,7 @@ class Value {
   std::shared_ptr<Dict> dict_;
 };
 
-struct Node;  // the parsed template (jinja.cc)
+struct Node;  // the parsed template (jinja_ast.h)
 
 class Template {
  public:
